@@ -1,0 +1,54 @@
+"""Background jobs for Django on PostgreSQL: a job may run more than once, but its business
+effect happens once, and the system can always say where every job is."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from django_jobs.backoff import Backoff
+from django_jobs.context import JobContext, LeaseLost
+from django_jobs.errors import (
+    EnqueueError,
+    ErrorCode,
+    InvalidOption,
+    InvalidPayload,
+    PayloadTooLarge,
+    PermanentError,
+    RateLimitedError,
+    RetryableError,
+    SkipJob,
+    UnknownJobType,
+)
+from django_jobs.registry import job
+
+if TYPE_CHECKING:
+    from django_jobs.enqueueing import enqueue, enqueue_many
+
+__all__ = [
+    "Backoff",
+    "EnqueueError",
+    "ErrorCode",
+    "InvalidOption",
+    "InvalidPayload",
+    "JobContext",
+    "LeaseLost",
+    "PayloadTooLarge",
+    "PermanentError",
+    "RateLimitedError",
+    "RetryableError",
+    "SkipJob",
+    "UnknownJobType",
+    "enqueue",
+    "enqueue_many",
+    "job",
+]
+
+
+def __getattr__(name: str) -> Any:
+    # enqueue imports the models, which cannot load before the app registry is ready; keeping
+    # it lazy lets settings and jobs.py modules import `from django_jobs import job` freely.
+    if name in ("enqueue", "enqueue_many"):
+        from django_jobs import enqueueing as module
+
+        return getattr(module, name)
+    raise AttributeError(f"module 'django_jobs' has no attribute {name!r}")

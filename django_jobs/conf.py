@@ -1,0 +1,137 @@
+"""Settings: one dict, ``DJANGO_JOBS = {...}``, read lazily so ``override_settings`` works.
+
+Every key, its default and its meaning. Durations are seconds; floats are allowed.
+
+``DATABASE`` ("default")
+    Alias of the database that holds the job tables. When it is not the alias your business
+    writes use, ``enqueue()`` is no longer atomic with them (check ``django_jobs.W001``).
+``POLL_INTERVAL`` (1.0)
+    How long an idle worker waits before it looks for claimable jobs again.
+``BATCH_SIZE`` (100)
+    Most jobs one claim statement takes. A worker claims beyond its free execution slots only
+    while jobs are short (see ``PREFETCH_SECONDS``), so long jobs are never hoarded.
+``PREFETCH_SECONDS`` (0.05)
+    How much work, in observed run time, a worker may hold claimed but not yet started.
+``OUTCOME_FLUSH_INTERVAL`` (0.01)
+    Finished executions are written in batches at least this often.
+``HEARTBEAT_INTERVAL`` (10.0)
+    How often a worker extends the lease of the jobs it holds.
+``LEASE_TIMEOUT`` (60.0)
+    A running job whose heartbeat is older than this is stale: its worker is presumed lost.
+``REAPER_INTERVAL`` (30.0)
+    How often the reaper looks for stale running jobs and prunes old finished ones.
+``MAX_PAYLOAD_BYTES`` (262144)
+    Largest accepted payload, measured as its UTF-8 JSON encoding.
+``DEFAULT_QUEUE`` ("default"), ``DEFAULT_MAX_ATTEMPTS`` (5)
+    Used when neither the job type nor ``enqueue()`` says otherwise.
+``BACKOFF_BASE`` (2.0), ``BACKOFF_CAP`` (3600.0), ``BACKOFF_JITTER`` (0.25)
+    Default retry policy: ``base × 2^(attempt-1)``, capped, minus up to ``jitter`` of it.
+``MAX_ERROR_CHARS`` (8000)
+    Longest sanitized error text stored in ``Job.last_error`` and ``JobEvent.error``.
+``RETENTION`` ({"completed": 7 days, "skipped": 7 days, "cancelled": 30 days, "failed": None})
+    How long finished jobs are kept, per status; ``None`` keeps them forever.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.conf import settings
+
+DAY = 24 * 3600.0
+
+DEFAULTS: dict[str, Any] = {
+    "DATABASE": "default",
+    "POLL_INTERVAL": 1.0,
+    "BATCH_SIZE": 100,
+    "PREFETCH_SECONDS": 0.05,
+    "OUTCOME_FLUSH_INTERVAL": 0.01,
+    "HEARTBEAT_INTERVAL": 10.0,
+    "LEASE_TIMEOUT": 60.0,
+    "REAPER_INTERVAL": 30.0,
+    "MAX_PAYLOAD_BYTES": 256 * 1024,
+    "DEFAULT_QUEUE": "default",
+    "DEFAULT_MAX_ATTEMPTS": 5,
+    "BACKOFF_BASE": 2.0,
+    "BACKOFF_CAP": 3600.0,
+    "BACKOFF_JITTER": 0.25,
+    "MAX_ERROR_CHARS": 8000,
+    "RETENTION": {"completed": 7 * DAY, "skipped": 7 * DAY, "cancelled": 30 * DAY, "failed": None},
+}
+
+
+class Settings:
+    """Typed, lazy view of ``settings.DJANGO_JOBS`` with the defaults above filled in."""
+
+    def _get(self, name: str) -> Any:
+        user: dict[str, Any] = getattr(settings, "DJANGO_JOBS", {})
+        return user.get(name, DEFAULTS[name])
+
+    @property
+    def DATABASE(self) -> str:
+        return str(self._get("DATABASE"))
+
+    @property
+    def POLL_INTERVAL(self) -> float:
+        return float(self._get("POLL_INTERVAL"))
+
+    @property
+    def BATCH_SIZE(self) -> int:
+        return int(self._get("BATCH_SIZE"))
+
+    @property
+    def PREFETCH_SECONDS(self) -> float:
+        return float(self._get("PREFETCH_SECONDS"))
+
+    @property
+    def OUTCOME_FLUSH_INTERVAL(self) -> float:
+        return float(self._get("OUTCOME_FLUSH_INTERVAL"))
+
+    @property
+    def HEARTBEAT_INTERVAL(self) -> float:
+        return float(self._get("HEARTBEAT_INTERVAL"))
+
+    @property
+    def LEASE_TIMEOUT(self) -> float:
+        return float(self._get("LEASE_TIMEOUT"))
+
+    @property
+    def REAPER_INTERVAL(self) -> float:
+        return float(self._get("REAPER_INTERVAL"))
+
+    @property
+    def MAX_PAYLOAD_BYTES(self) -> int:
+        return int(self._get("MAX_PAYLOAD_BYTES"))
+
+    @property
+    def DEFAULT_QUEUE(self) -> str:
+        return str(self._get("DEFAULT_QUEUE"))
+
+    @property
+    def DEFAULT_MAX_ATTEMPTS(self) -> int:
+        return int(self._get("DEFAULT_MAX_ATTEMPTS"))
+
+    @property
+    def BACKOFF_BASE(self) -> float:
+        return float(self._get("BACKOFF_BASE"))
+
+    @property
+    def BACKOFF_CAP(self) -> float:
+        return float(self._get("BACKOFF_CAP"))
+
+    @property
+    def BACKOFF_JITTER(self) -> float:
+        return float(self._get("BACKOFF_JITTER"))
+
+    @property
+    def MAX_ERROR_CHARS(self) -> int:
+        return int(self._get("MAX_ERROR_CHARS"))
+
+    @property
+    def RETENTION(self) -> dict[str, float | None]:
+        merged: dict[str, float | None] = dict(DEFAULTS["RETENTION"])
+        merged.update(self._get("RETENTION"))
+        return merged
+
+
+jobs_settings = Settings()

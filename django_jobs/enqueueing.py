@@ -1,0 +1,324 @@
+"""``enqueue()`` / ``enqueue_many()``: validate everything, then INSERT in the caller's
+transaction.
+
+Nothing is written until every job of the call has been validated, so a bad input raises an
+:class:`~django_jobs.errors.EnqueueError` and leaves the database as it was. The INSERT runs on
+the caller's connection: inside ``transaction.atomic()`` the job commits or rolls back with the
+business writes around it.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import math
+from contextlib import nullcontext
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from django.conf import settings
+from django.db import connections, transaction
+from django.utils import timezone
+
+from django_jobs.conf import jobs_settings
+from django_jobs.errors import (
+    InvalidOption,
+    InvalidPayload,
+    PayloadTooLarge,
+    UnknownJobType,
+)
+from django_jobs.models import Job
+from django_jobs.registry import PRIORITY_RANGE, QUEUE_RE, JobType, registry
+from django_jobs.states import ACTIVE_STATUSES
+
+TypeRef = str | Callable[..., Any]
+UniqueKey = str | Callable[[dict[str, Any]], str | None] | None
+
+_ROWS_PER_INSERT = 1000
+_MAX_UNIQUE_KEY = 200
+
+
+@dataclass(frozen=True, slots=True)
+class _Row:
+    queue: str
+    type: str
+    version: int
+    payload: str  # already encoded JSON
+    priority: int
+    run_at: dt.datetime | None
+    delay: float
+    max_attempts: int
+    unique_key: str | None
+
+
+def enqueue(
+    type_or_handler: TypeRef,
+    payload: dict[str, Any],
+    *,
+    queue: str | None = None,
+    priority: int | None = None,
+    run_at: dt.datetime | None = None,
+    delay: float | dt.timedelta | None = None,
+    max_attempts: int | None = None,
+    unique_key: str | None = None,
+) -> Job:
+    """Create one pending job and return its row.
+
+    ``type_or_handler`` is a registered type name or a function decorated with ``@job``.
+    ``run_at`` (an aware datetime) or ``delay`` (seconds or a timedelta, counted from the
+    database's ``now()``) postpone the first run. With ``unique_key``, while a job of the same
+    type and key is pending or running, no new job is created and that job is returned.
+
+    Raises ``UnknownJobType``, ``InvalidPayload``, ``PayloadTooLarge`` or ``InvalidOption``
+    (all subclasses of ``EnqueueError``, itself a ``ValueError``) before writing anything.
+    """
+    return enqueue_many(
+        type_or_handler,
+        [payload],
+        queue=queue,
+        priority=priority,
+        run_at=run_at,
+        delay=delay,
+        max_attempts=max_attempts,
+        unique_key=unique_key,
+    )[0]
+
+
+def enqueue_many(
+    type_or_handler: TypeRef,
+    payloads: Iterable[dict[str, Any]],
+    *,
+    queue: str | None = None,
+    priority: int | None = None,
+    run_at: dt.datetime | None = None,
+    delay: float | dt.timedelta | None = None,
+    max_attempts: int | None = None,
+    unique_key: UniqueKey = None,
+) -> list[Job]:
+    """Create one job per payload, all or none, and return the rows in the payloads' order.
+
+    The options apply to every job; ``unique_key`` may be a function ``payload → key or None``.
+    Raises like :func:`enqueue` — for the first bad payload, with its index — before writing.
+    """
+    job_type = _resolve_type(type_or_handler)
+    common = _validate_options(job_type, queue, priority, run_at, delay, max_attempts)
+    rows: list[_Row] = []
+    for index, payload in enumerate(payloads):
+        try:
+            encoded = encode_payload(payload)
+            key = unique_key(payload) if callable(unique_key) else unique_key
+            _validate_unique_key(key)
+        except (InvalidPayload, InvalidOption) as exc:
+            if index == 0 and isinstance(payloads, Sequence) and len(payloads) == 1:
+                raise
+            raise type(exc)(f"payload #{index}: {exc}") from exc
+        rows.append(_Row(payload=encoded, unique_key=key, **common))
+    if not rows:
+        return []
+    return _insert(rows)
+
+
+# ---- validation -----------------------------------------------------------------------------
+
+
+def _resolve_type(type_or_handler: TypeRef) -> JobType:
+    name = type_or_handler if isinstance(type_or_handler, str) else getattr(type_or_handler, "job_name", None)
+    if name is None:
+        raise UnknownJobType(f"{type_or_handler!r} is not a job type name nor a @job handler")
+    job_type = registry.get(name)
+    if job_type is None:
+        known = ", ".join(registry.names()) or "none"
+        raise UnknownJobType(f"unknown job type {name!r} (registered: {known})")
+    return job_type
+
+
+def _validate_options(
+    job_type: JobType,
+    queue: str | None,
+    priority: int | None,
+    run_at: dt.datetime | None,
+    delay: float | dt.timedelta | None,
+    max_attempts: int | None,
+) -> dict[str, Any]:
+    queue = job_type.default_queue if queue is None else queue
+    if not isinstance(queue, str) or not QUEUE_RE.match(queue):
+        raise InvalidOption(f"invalid queue {queue!r}: 1-100 letters, digits and _ . : -")
+    priority = job_type.priority if priority is None else priority
+    if isinstance(priority, bool) or not isinstance(priority, int) or priority not in PRIORITY_RANGE:
+        raise InvalidOption(f"invalid priority {priority!r}: an integer between -100 and 100")
+    max_attempts = job_type.default_max_attempts if max_attempts is None else max_attempts
+    if isinstance(max_attempts, bool) or not isinstance(max_attempts, int) or not 1 <= max_attempts <= 1000:
+        raise InvalidOption(f"invalid max_attempts {max_attempts!r}: an integer between 1 and 1000")
+    if run_at is not None and delay is not None:
+        raise InvalidOption("give run_at or delay, not both")
+    if run_at is not None:
+        if not isinstance(run_at, dt.datetime):
+            raise InvalidOption(f"run_at must be a datetime, not {type(run_at).__name__}")
+        if timezone.is_naive(run_at):
+            if settings.USE_TZ:
+                raise InvalidOption("run_at must be timezone-aware (USE_TZ is on)")
+            run_at = timezone.make_aware(run_at)
+    seconds = 0.0
+    if delay is not None:
+        if isinstance(delay, dt.timedelta):
+            seconds = delay.total_seconds()
+        elif isinstance(delay, int | float) and not isinstance(delay, bool):
+            seconds = float(delay)
+        else:
+            raise InvalidOption(f"delay must be seconds or a timedelta, not {type(delay).__name__}")
+        if not math.isfinite(seconds) or seconds < 0:
+            raise InvalidOption(f"delay must be a finite number of seconds >= 0, not {delay!r}")
+    return {
+        "queue": queue,
+        "type": job_type.name,
+        "version": job_type.version,
+        "priority": priority,
+        "run_at": run_at,
+        "delay": seconds,
+        "max_attempts": max_attempts,
+    }
+
+
+def _validate_unique_key(key: object) -> None:
+    if key is None:
+        return
+    if not isinstance(key, str) or not key or len(key) > _MAX_UNIQUE_KEY:
+        raise InvalidOption(f"unique_key must be a non-empty string of at most {_MAX_UNIQUE_KEY} characters")
+
+
+def encode_payload(payload: object) -> str:
+    """Encode a payload as JSON after checking it round-trips unchanged through jsonb.
+
+    Raises ``InvalidPayload`` for anything but a dict of plain JSON values (str keys; no
+    tuples, sets, dates, NaN or NUL characters) and ``PayloadTooLarge`` past the size limit.
+    """
+    if not isinstance(payload, dict):
+        raise InvalidPayload(f"payload must be a dict (a JSON object), not {type(payload).__name__}")
+    _check_plain_json(payload, "payload")
+    encoded = json.dumps(payload, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+    size = len(encoded.encode())
+    limit = jobs_settings.MAX_PAYLOAD_BYTES
+    if size > limit:
+        raise PayloadTooLarge(f"payload is {size} bytes encoded, over the limit of {limit} bytes")
+    return encoded
+
+
+def _check_plain_json(value: object, path: str) -> None:
+    # json.dumps alone would silently turn int keys into strings and tuples into lists, and
+    # PostgreSQL's jsonb refuses NUL characters: the handler must see exactly what was enqueued.
+    if value is None or isinstance(value, bool | int):
+        return
+    if isinstance(value, str):
+        if "\x00" in value:
+            raise InvalidPayload(f"{path} contains a NUL character, which jsonb cannot store")
+        return
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise InvalidPayload(f"{path} is {value!r}, which is not valid JSON")
+        return
+    if isinstance(value, list):
+        for i, item in enumerate(value):
+            _check_plain_json(item, f"{path}[{i}]")
+        return
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if not isinstance(key, str):
+                raise InvalidPayload(f"{path} has a non-string key {key!r}")
+            _check_plain_json(key, f"{path} key")
+            _check_plain_json(item, f"{path}[{key!r}]")
+        return
+    raise InvalidPayload(f"{path} is a {type(value).__name__}, which is not a plain JSON value")
+
+
+# ---- insertion ------------------------------------------------------------------------------
+
+_COLUMNS = [f.column for f in Job._meta.concrete_fields]
+_ATTNAMES = [f.attname for f in Job._meta.concrete_fields]
+_ACTIVE = ", ".join(f"'{s}'" for s in sorted(ACTIVE_STATUSES))
+_VALUES_ROW = (
+    "(%s, %s, %s, %s::jsonb, 'pending', %s,"
+    " COALESCE(%s::timestamptz, now() + make_interval(secs => %s)), 0, %s, %s)"
+)
+# ON CONFLICT names the partial unique index by its columns and predicate: a job whose key is
+# held by an active job of its type is not inserted, and the caller gets the holder instead.
+_INSERT = (
+    "INSERT INTO django_jobs_job"
+    " (queue, type, version, payload, status, priority, available_at, attempts, max_attempts, unique_key)"
+    " VALUES {values}"
+    " ON CONFLICT (type, unique_key)"
+    f" WHERE status IN ({_ACTIVE}) AND unique_key IS NOT NULL DO NOTHING"
+    " RETURNING " + ", ".join(_COLUMNS)
+)
+_SELECT_HOLDERS = (
+    "SELECT " + ", ".join(_COLUMNS) + " FROM django_jobs_job"
+    f" WHERE type = %s AND unique_key = ANY(%s) AND status IN ({_ACTIVE})"
+)
+
+
+def _insert(rows: list[_Row]) -> list[Job]:
+    alias = jobs_settings.DATABASE
+    connection = connections[alias]
+    result: list[Job | None] = [None] * len(rows)
+    # One INSERT is atomic by itself; several (a large enqueue_many) share a transaction, so
+    # the call is all or nothing even in autocommit mode.
+    atomic = transaction.atomic(using=alias) if len(rows) > _ROWS_PER_INSERT else nullcontext()
+    with atomic, connection.cursor() as cursor:
+        todo = list(range(len(rows)))
+        # A key's holder can finish between our INSERT and our SELECT; then we insert again.
+        while todo:
+            inserted = _insert_rows(cursor, alias, [rows[i] for i in todo])
+            by_key: dict[str | None, Job] = {}
+            waiting: list[int] = []
+            position = iter(inserted)
+            for i in todo:
+                if rows[i].unique_key is None:
+                    result[i] = next(position)
+                    continue
+                waiting.append(i)
+            # Inserted rows with keys come back in input order; match them by key.
+            for job in position:
+                by_key[job.unique_key] = job
+            still_missing: list[int] = []
+            for i in waiting:
+                key = rows[i].unique_key
+                if key in by_key:
+                    result[i] = by_key[key]
+                else:
+                    still_missing.append(i)
+            todo = _fill_from_holders(cursor, alias, rows, still_missing, result)
+    return [job for job in result if job is not None]
+
+
+def _insert_rows(cursor: Any, alias: str, rows: list[_Row]) -> list[Job]:
+    # Rows without a key first, so RETURNING (which follows VALUES order for a plain INSERT)
+    # lines up with them one to one; keyed rows may be dropped by ON CONFLICT.
+    ordered = [r for r in rows if r.unique_key is None] + [r for r in rows if r.unique_key is not None]
+    jobs: list[Job] = []
+    for start in range(0, len(ordered), _ROWS_PER_INSERT):
+        chunk = ordered[start : start + _ROWS_PER_INSERT]
+        params: list[Any] = []
+        for r in chunk:
+            params += [r.queue, r.type, r.version, r.payload, r.priority, r.run_at, r.delay, r.max_attempts, r.unique_key]
+        cursor.execute(_INSERT.format(values=", ".join([_VALUES_ROW] * len(chunk))), params)
+        jobs += [Job.from_db(alias, _ATTNAMES, row) for row in cursor.fetchall()]
+    return jobs
+
+
+def _fill_from_holders(
+    cursor: Any, alias: str, rows: list[_Row], missing: list[int], result: list[Job | None]
+) -> list[int]:
+    """Point deduplicated rows at the active job holding their key; return rows to insert again."""
+    if not missing:
+        return []
+    keys = sorted({rows[i].unique_key for i in missing if rows[i].unique_key is not None})
+    cursor.execute(_SELECT_HOLDERS, [rows[missing[0]].type, keys])
+    holders = {job.unique_key: job for job in (Job.from_db(alias, _ATTNAMES, r) for r in cursor.fetchall())}
+    retry: list[int] = []
+    for i in missing:
+        holder = holders.get(rows[i].unique_key)
+        if holder is None:
+            retry.append(i)
+        else:
+            result[i] = holder
+    return retry

@@ -1,0 +1,121 @@
+"""Errors a handler raises to steer its job's outcome, errors ``enqueue()`` raises, and the
+structured error codes stored with a job.
+
+A handler's exception is classified into one :class:`Outcome` kind by :func:`classify`:
+``RetryableError`` and any unexpected exception are retried with backoff (bounded by
+``max_attempts``), ``RateLimitedError`` is retried no earlier than its ``retry_after``,
+``PermanentError`` fails at once and ``SkipJob`` marks the job skipped.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+
+class ErrorCode:
+    """Stable codes stored in ``Job.last_error_code``; handlers may use their own strings too."""
+
+    NETWORK_TIMEOUT = "NETWORK_TIMEOUT"
+    NETWORK_ERROR = "NETWORK_ERROR"
+    RATE_LIMITED = "RATE_LIMITED"
+    AUTH_FAILED = "AUTH_FAILED"
+    PAYLOAD_INVALID = "PAYLOAD_INVALID"
+    ENTITY_NOT_FOUND = "ENTITY_NOT_FOUND"
+    PROVIDER_5XX = "PROVIDER_5XX"
+    PROVIDER_4XX = "PROVIDER_4XX"
+    TIMEOUT = "TIMEOUT"
+    LEASE_LOST = "LEASE_LOST"
+    SKIPPED = "SKIPPED"
+    UNKNOWN = "UNKNOWN"
+
+
+class JobError(Exception):
+    """Base of the errors a handler raises on purpose. ``code`` is stored with the job."""
+
+    default_code = ErrorCode.UNKNOWN
+
+    def __init__(self, message: str = "", *, code: str | None = None) -> None:
+        super().__init__(message)
+        self.code = code or self.default_code
+
+
+class RetryableError(JobError):
+    """A temporary failure: the job goes back to pending after a backoff delay."""
+
+
+class PermanentError(JobError):
+    """Retrying cannot help (bad payload, refused credentials): the job fails at once."""
+
+
+class RateLimitedError(RetryableError):
+    """The provider asked us to slow down: retry no earlier than ``retry_after`` seconds."""
+
+    default_code = ErrorCode.RATE_LIMITED
+
+    def __init__(self, message: str = "", *, retry_after: float, code: str | None = None) -> None:
+        if retry_after < 0:
+            raise ValueError("retry_after must be >= 0 seconds")
+        super().__init__(message, code=code)
+        self.retry_after = float(retry_after)
+
+
+class SkipJob(JobError):
+    """The work lost its meaning (the entity is gone): the job ends ``skipped``, not failed."""
+
+    default_code = ErrorCode.SKIPPED
+
+
+class OutcomeKind(enum.Enum):
+    RETRY = "retry"
+    FAIL = "fail"
+    SKIP = "skip"
+
+
+@dataclass(frozen=True, slots=True)
+class Classification:
+    kind: OutcomeKind
+    code: str
+    #: Lower bound of the retry delay the error itself imposes (Retry-After), in seconds.
+    retry_after: float | None = None
+
+
+def classify(exc: BaseException) -> Classification:
+    """Map a handler's exception to the outcome it asks for and its error code."""
+    if isinstance(exc, SkipJob):
+        return Classification(OutcomeKind.SKIP, exc.code)
+    if isinstance(exc, PermanentError):
+        return Classification(OutcomeKind.FAIL, exc.code)
+    if isinstance(exc, RateLimitedError):
+        return Classification(OutcomeKind.RETRY, exc.code, exc.retry_after)
+    if isinstance(exc, JobError):
+        return Classification(OutcomeKind.RETRY, exc.code)
+    # Unexpected exceptions are retried: most are transient, and max_attempts bounds the rest.
+    if isinstance(exc, TimeoutError):
+        return Classification(OutcomeKind.RETRY, ErrorCode.NETWORK_TIMEOUT)
+    if isinstance(exc, ConnectionError):
+        return Classification(OutcomeKind.RETRY, ErrorCode.NETWORK_ERROR)
+    return Classification(OutcomeKind.RETRY, ErrorCode.UNKNOWN)
+
+
+# ---- errors raised by enqueue() -------------------------------------------------------------
+
+
+class EnqueueError(ValueError):
+    """Base of every error ``enqueue()`` raises; nothing was written when it is raised."""
+
+
+class UnknownJobType(EnqueueError):
+    """No handler is registered under that type name."""
+
+
+class InvalidPayload(EnqueueError):
+    """The payload is not a JSON object of plain JSON values."""
+
+
+class PayloadTooLarge(InvalidPayload):
+    """The encoded payload exceeds ``DJANGO_JOBS["MAX_PAYLOAD_BYTES"]``."""
+
+
+class InvalidOption(EnqueueError):
+    """An enqueue option (queue, priority, run_at, delay, max_attempts, unique_key) is invalid."""

@@ -1,0 +1,128 @@
+"""Runs ONE claimed job and says how it ended. No loop, no signals, no status writes.
+
+The handler runs on the calling thread's own database connection, in autocommit mode: never
+inside a transaction opened for the claim, which committed before the job was handed over.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+import traceback
+from dataclasses import dataclass
+
+from django.db import connections
+
+from django_jobs.conf import jobs_settings
+from django_jobs.context import JobContext, LeaseLost
+from django_jobs.errors import ErrorCode, OutcomeKind, PermanentError, classify
+from django_jobs.registry import JobType, registry
+from django_jobs.sanitize import sanitize, truncate
+from django_jobs.states import EventKind, JobStatus
+from django_jobs.transitions import Claim, Outcome
+
+logger = logging.getLogger("django_jobs.executor")
+
+
+@dataclass(frozen=True, slots=True)
+class Execution:
+    outcome: Outcome | None  # None: the lease was lost, there is nothing to write
+    duration: float  # seconds spent in the handler
+
+
+def execute(claim: Claim) -> Execution:
+    """Run the handler of ``claim`` and turn what happened into an :class:`Outcome`."""
+    started = time.perf_counter()
+    job_type = registry.get(claim.type)
+    try:
+        if job_type is None:  # the claim filters on known types; a test may unregister one
+            raise PermanentError(f"no handler for job type {claim.type!r}", code=ErrorCode.PAYLOAD_INVALID)
+        payload = decode_payload(claim, job_type)
+        ctx = JobContext(
+            job_id=claim.id,
+            type=claim.type,
+            queue=claim.queue,
+            attempt=claim.attempt,
+            max_attempts=claim.max_attempts,
+            execution_id=claim.execution_id,
+            unique_key=claim.unique_key,
+            checkpoint=_decode_json(claim.checkpoint),
+            timeout=job_type.timeout,
+        )
+        job_type.handler(ctx, payload)
+    except LeaseLost:
+        logger.warning("lease lost id=%s execution=%s type=%s", claim.id, claim.execution_id, claim.type)
+        return Execution(None, time.perf_counter() - started)
+    except Exception as exc:  # noqa: BLE001  # every handler error becomes an outcome
+        return Execution(failure_outcome(claim, job_type, exc), time.perf_counter() - started)
+    finally:
+        _drop_broken_connections()
+    return Execution(Outcome(claim.id, claim.execution_id, JobStatus.COMPLETED), time.perf_counter() - started)
+
+
+def decode_payload(claim: Claim, job_type: JobType) -> dict[str, object]:
+    """Decode the stored payload and upcast it to the type's current version.
+
+    Raises ``PermanentError(PAYLOAD_INVALID)``: a payload that cannot be decoded fails alone.
+    """
+    try:
+        payload = _decode_json(claim.payload)
+    except ValueError as exc:
+        raise PermanentError(f"payload is not valid JSON: {exc}", code=ErrorCode.PAYLOAD_INVALID) from exc
+    version = claim.version
+    while version < job_type.version:
+        upcast = job_type.upcasters.get(version)
+        if upcast is None:
+            raise PermanentError(
+                f"no upcaster from payload version {version} of {claim.type!r}",
+                code=ErrorCode.PAYLOAD_INVALID,
+            )
+        payload = upcast(payload)
+        version += 1
+    if not isinstance(payload, dict):
+        raise PermanentError("payload is not a JSON object", code=ErrorCode.PAYLOAD_INVALID)
+    return payload
+
+
+def failure_outcome(claim: Claim, job_type: JobType | None, exc: Exception) -> Outcome:
+    """Decide retry / fail / skip for an exception, with the sanitized error to store."""
+    decision = classify(exc)
+    error = describe(exc)
+    base = {"job_id": claim.id, "execution_id": claim.execution_id, "error_code": decision.code, "error": error}
+    if decision.kind is OutcomeKind.SKIP:
+        logger.info("job skipped id=%s type=%s code=%s", claim.id, claim.type, decision.code)
+        return Outcome(status=JobStatus.SKIPPED, event=EventKind.SKIPPED, **base)
+    if decision.kind is OutcomeKind.RETRY and claim.attempt < claim.max_attempts and job_type is not None:
+        delay = job_type.retry_policy.delay(claim.attempt, retry_after=decision.retry_after)
+        logger.info(
+            "job retry scheduled id=%s type=%s attempt=%s/%s code=%s in=%.1fs",
+            claim.id, claim.type, claim.attempt, claim.max_attempts, decision.code, delay,
+        )
+        details = json.dumps({"retry_in": round(delay, 3)})
+        return Outcome(status=JobStatus.PENDING, delay=delay, event=EventKind.RETRY_SCHEDULED, details=details, **base)
+    reason = "permanent_error" if decision.kind is OutcomeKind.FAIL else "attempts_exhausted"
+    logger.warning(
+        "job failed id=%s type=%s attempt=%s/%s code=%s reason=%s",
+        claim.id, claim.type, claim.attempt, claim.max_attempts, decision.code, reason,
+    )
+    return Outcome(status=JobStatus.FAILED, event=EventKind.FAILED, details=json.dumps({"reason": reason}), **base)
+
+
+def describe(exc: BaseException) -> str:
+    """The sanitized, bounded text stored for an error: message first, then the traceback."""
+    message = f"{type(exc).__name__}: {exc}"
+    trace = "".join(traceback.format_exception(exc))
+    return truncate(sanitize(f"{message}\n\n{trace}"), jobs_settings.MAX_ERROR_CHARS)
+
+
+def _decode_json(value: object) -> object:
+    # Django's psycopg backend leaves jsonb as text for JSONField to decode; a raw cursor sees that.
+    return json.loads(value) if isinstance(value, str | bytes) else value
+
+
+def _drop_broken_connections() -> None:
+    # The equivalent of Django's per-request close_old_connections(): a handler that broke its
+    # connection (or outlived CONN_MAX_AGE) must not pass it on to the next job of this thread.
+    for connection in connections.all(initialized_only=True):
+        connection.close_if_unusable_or_obsolete()

@@ -1,0 +1,87 @@
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError
+
+from django_jobs.registry import QUEUE_RE, registry
+from django_jobs.worker import Worker
+
+
+def positive_int(value: str) -> int:
+    try:
+        number = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r} is not an integer") from None
+    if number < 1:
+        raise argparse.ArgumentTypeError(f"{value!r} must be >= 1")
+    return number
+
+
+def non_negative_float(value: str) -> float:
+    try:
+        number = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a number of seconds") from None
+    if not number >= 0:
+        raise argparse.ArgumentTypeError(f"{value!r} must be >= 0")
+    return number
+
+
+def queue_name(value: str) -> str:
+    if not QUEUE_RE.match(value):
+        raise argparse.ArgumentTypeError(f"{value!r} is not a valid queue name")
+    return value
+
+
+class Command(BaseCommand):
+    help = "Run a worker: claim and execute jobs until stopped (SIGTERM/SIGINT drains, twice exits)."
+
+    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
+        parser.add_argument(
+            "--queue", action="append", type=queue_name, dest="queues", metavar="NAME",
+            help="Serve this queue (repeatable). Default: every queue.",
+        )
+        parser.add_argument(
+            "--concurrency", type=positive_int, default=1, metavar="N",
+            help="Jobs run at once, each on its own thread and database connection. Default: 1.",
+        )
+        parser.add_argument(
+            "--burst", action="store_true", help="Exit once nothing is claimable and all is written."
+        )
+        parser.add_argument(
+            "--grace", type=non_negative_float, default=30.0, metavar="SECONDS",
+            help="On shutdown, how long running jobs may take to finish before they are released "
+            "for another worker. Default: 30.",
+        )
+        parser.add_argument(
+            "--batch-size", type=positive_int, default=None, metavar="N",
+            help="Most jobs claimed per statement. Default: DJANGO_JOBS['BATCH_SIZE'].",
+        )
+        parser.add_argument(
+            "--stats-file", default=None, metavar="PATH",
+            help="Write the worker's summary (counts, claim latency percentiles) as JSON on exit.",
+        )
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        if not registry.names():
+            raise CommandError("no job types are registered: is the app with your jobs.py installed?")
+        worker = Worker(
+            queues=options["queues"],
+            concurrency=options["concurrency"],
+            burst=options["burst"],
+            grace=options["grace"],
+            batch_size=options["batch_size"],
+        )
+        worker.run()
+        summary = worker.stats.summary()
+        if options["stats_file"]:
+            with open(options["stats_file"], "w") as f:
+                json.dump(summary, f)
+        if options["verbosity"] >= 1:
+            self.stdout.write(
+                f"worker {worker.worker_id} stopped: {summary['processed']} processed "
+                f"{summary['outcomes']}, {summary['lost_leases']} lost, {summary['released']} released"
+            )

@@ -1,0 +1,179 @@
+"""The job tables: ``Job`` (one row per job, the happy path recorded on it), ``JobEvent``
+(append-only history of every transition off the plain claim → complete path, and of every
+manual action) and ``ProcessedEffect`` (keys of side effects that already happened).
+
+Status writes do not go through these models: ``transitions.py`` is their only writer.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db import models
+from django.db.models import Q
+from django.db.models.functions import Now
+
+from django_jobs.states import ACTIVE_STATUSES, EventKind, JobStatus
+
+
+class JobQuerySet(models.QuerySet["Job"]):
+    """Named reads. Each one is served by one of the partial indexes on ``Job``."""
+
+    def pending(self) -> JobQuerySet:
+        return self.filter(status=JobStatus.PENDING)
+
+    def running(self) -> JobQuerySet:
+        return self.filter(status=JobStatus.RUNNING)
+
+    def active(self) -> JobQuerySet:
+        return self.filter(status__in=ACTIVE_STATUSES)
+
+    def failed(self) -> JobQuerySet:
+        return self.filter(status=JobStatus.FAILED)
+
+
+class Job(models.Model):
+    id = models.BigAutoField(primary_key=True)
+    queue = models.CharField(max_length=100)
+    type = models.CharField(max_length=200, help_text="Stable name the handler is registered under.")
+    version = models.PositiveIntegerField(default=1, help_text="Version of the payload's schema.")
+    payload = models.JSONField()
+    status = models.CharField(max_length=20, choices=JobStatus.choices, default=JobStatus.PENDING)
+    priority = models.SmallIntegerField(default=0, help_text="Higher runs first (-100 … 100).")
+    available_at = models.DateTimeField(db_default=Now(), help_text="Not claimed before this.")
+    attempts = models.PositiveIntegerField(default=0, help_text="Claims so far, this one included.")
+    max_attempts = models.PositiveIntegerField(default=5)
+    unique_key = models.CharField(
+        max_length=200,
+        null=True,
+        blank=True,
+        help_text="At most one pending or running job of this type holds a given key.",
+    )
+
+    # Ownership of the current (or last) execution. Every write after a claim is guarded by
+    # (id, execution_id, status='running'), so an execution that lost its lease changes nothing.
+    worker_id = models.CharField(max_length=200, null=True, blank=True)
+    execution_id = models.UUIDField(null=True, blank=True)
+    started_at = models.DateTimeField(null=True, blank=True, help_text="When the last claim was made.")
+    heartbeat_at = models.DateTimeField(null=True, blank=True)
+    cancel_requested_at = models.DateTimeField(null=True, blank=True)
+
+    last_error_code = models.CharField(max_length=100, null=True, blank=True)
+    last_error = models.TextField(null=True, blank=True, help_text="Sanitized: secrets are redacted.")
+    progress = models.JSONField(null=True, blank=True)
+    checkpoint = models.JSONField(null=True, blank=True)
+
+    created_at = models.DateTimeField(db_default=Now())
+    completed_at = models.DateTimeField(null=True, blank=True)
+    failed_at = models.DateTimeField(null=True, blank=True)
+    #: When the job reached a finished status (completed, failed, skipped, cancelled); retention
+    #: prunes by it.
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    objects = JobQuerySet.as_manager()
+
+    class Meta:
+        ordering = ("-id",)
+        indexes = (
+            # The claim of a worker that serves named queues: one ordered index scan per queue,
+            # whatever the number of finished rows (they are not in the index).
+            models.Index(
+                "queue",
+                models.F("priority").desc(),
+                "available_at",
+                "id",
+                name="django_jobs_claim_queue",
+                condition=Q(status=JobStatus.PENDING),
+            ),
+            # The claim of a worker that serves every queue.
+            models.Index(
+                models.F("priority").desc(),
+                "available_at",
+                "id",
+                name="django_jobs_claim_any",
+                condition=Q(status=JobStatus.PENDING),
+            ),
+            # The reaper's search for stale leases, and the list of what is running.
+            models.Index(
+                fields=["heartbeat_at"],
+                name="django_jobs_running",
+                condition=Q(status=JobStatus.RUNNING),
+            ),
+            # Retention and "recently failed" views; only finished rows are in it.
+            models.Index(
+                fields=["status", "finished_at"],
+                name="django_jobs_finished",
+                condition=Q(finished_at__isnull=False),
+            ),
+        )
+        constraints = (
+            models.UniqueConstraint(
+                fields=["type", "unique_key"],
+                name="django_jobs_unique_active",
+                condition=Q(status__in=sorted(ACTIVE_STATUSES), unique_key__isnull=False),
+            ),
+            models.CheckConstraint(
+                condition=Q(status__in=JobStatus.values), name="django_jobs_status_valid"
+            ),
+            models.CheckConstraint(
+                condition=Q(priority__gte=-100, priority__lte=100), name="django_jobs_priority_range"
+            ),
+            models.CheckConstraint(condition=Q(max_attempts__gte=1), name="django_jobs_max_attempts_positive"),
+            # A running job always has an owner: the reaper and every guarded write rely on it.
+            models.CheckConstraint(
+                condition=~Q(status=JobStatus.RUNNING)
+                | Q(execution_id__isnull=False, heartbeat_at__isnull=False),
+                name="django_jobs_running_has_owner",
+            ),
+        )
+
+    def __str__(self) -> str:
+        return f"{self.type} #{self.id} ({self.status})"
+
+
+class JobEvent(models.Model):
+    """One transition or manual action on a job. Rows are only ever inserted."""
+
+    id = models.BigAutoField(primary_key=True)
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="events")
+    kind = models.CharField(max_length=30, choices=EventKind.choices)
+    from_status = models.CharField(max_length=20, choices=JobStatus.choices, null=True, blank=True)
+    to_status = models.CharField(max_length=20, choices=JobStatus.choices, null=True, blank=True)
+    execution_id = models.UUIDField(null=True, blank=True)
+    worker_id = models.CharField(max_length=200, null=True, blank=True)
+    attempt = models.PositiveIntegerField(null=True, blank=True)
+    error_code = models.CharField(max_length=100, null=True, blank=True)
+    error = models.TextField(null=True, blank=True, help_text="Sanitized: secrets are redacted.")
+    #: Who acted: a username for manual actions, "worker" / "reaper" for the system.
+    actor = models.CharField(max_length=150, null=True, blank=True)
+    reason = models.TextField(null=True, blank=True)
+    details = models.JSONField(null=True, blank=True)
+    created_at = models.DateTimeField(db_default=Now())
+
+    class Meta:
+        ordering = ("job_id", "id")
+        indexes = (models.Index(fields=["job", "id"], name="django_jobs_event_job"),)
+
+    def __str__(self) -> str:
+        return f"{self.kind} job={self.job_id} {self.from_status}→{self.to_status}"
+
+    def save(self, *args: Any, **kwargs: Any) -> None:
+        if self.pk is not None and not self._state.adding:
+            raise ValueError("JobEvent rows are append-only")
+        super().save(*args, **kwargs)
+
+
+class ProcessedEffect(models.Model):
+    """A side effect that already happened, keyed by a stable business key.
+
+    The key is inserted in the same transaction as the effect itself, so both commit or roll
+    back together; a second execution finds the key and skips the effect.
+    """
+
+    key = models.CharField(max_length=300, primary_key=True)
+    #: The job that produced the effect; a plain column, so pruning jobs keeps the effect.
+    job_id = models.BigIntegerField(null=True, blank=True)
+    created_at = models.DateTimeField(db_default=Now())
+
+    def __str__(self) -> str:
+        return self.key

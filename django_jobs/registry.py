@@ -1,0 +1,149 @@
+"""``@job``: registers a handler under a stable type name with its policy.
+
+The type name, not the function's import path, is what is stored with every job: rename or move
+the function freely, but never reuse a name for different work.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from django_jobs.backoff import Backoff
+from django_jobs.conf import jobs_settings
+
+if TYPE_CHECKING:
+    from django_jobs.context import JobContext
+
+Handler = Callable[["JobContext", dict[str, Any]], Any]
+H = TypeVar("H", bound=Handler)
+
+NAME_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.:-]{0,199}$")
+QUEUE_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.:-]{0,99}$")
+PRIORITY_RANGE = range(-100, 101)  # the range of Django's Tasks framework; higher runs first
+
+
+@dataclass(frozen=True)
+class JobType:
+    """A registered job type: its handler and its policy."""
+
+    name: str
+    handler: Handler
+    queue: str | None = None  # None: DJANGO_JOBS["DEFAULT_QUEUE"] when the job is enqueued
+    priority: int = 0
+    max_attempts: int | None = None  # None: DJANGO_JOBS["DEFAULT_MAX_ATTEMPTS"]
+    backoff: Backoff | None = None  # None: the BACKOFF_* settings
+    #: Execution deadline in seconds; None means no deadline.
+    timeout: float | None = None
+    #: Current payload version; older payloads are upcast before the handler sees them.
+    version: int = 1
+    upcasters: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = field(default_factory=dict)
+
+    @property
+    def default_queue(self) -> str:
+        return self.queue or jobs_settings.DEFAULT_QUEUE
+
+    @property
+    def default_max_attempts(self) -> int:
+        return self.max_attempts or jobs_settings.DEFAULT_MAX_ATTEMPTS
+
+    @property
+    def retry_policy(self) -> Backoff:
+        if self.backoff is not None:
+            return self.backoff
+        return Backoff(
+            base=jobs_settings.BACKOFF_BASE,
+            cap=jobs_settings.BACKOFF_CAP,
+            jitter=jobs_settings.BACKOFF_JITTER,
+        )
+
+
+class AlreadyRegistered(ValueError):
+    """Two different handlers claim the same type name."""
+
+
+class Registry:
+    def __init__(self) -> None:
+        self._types: dict[str, JobType] = {}
+
+    def register(self, job_type: JobType) -> None:
+        existing = self._types.get(job_type.name)
+        if existing is not None and _qualname(existing.handler) != _qualname(job_type.handler):
+            raise AlreadyRegistered(
+                f"job type {job_type.name!r} is already registered by "
+                f"{_qualname(existing.handler)}"
+            )
+        self._types[job_type.name] = job_type
+
+    def unregister(self, name: str) -> None:
+        self._types.pop(name, None)
+
+    def get(self, name: str) -> JobType | None:
+        return self._types.get(name)
+
+    def names(self) -> list[str]:
+        return sorted(self._types)
+
+    def __iter__(self) -> Iterable[JobType]:  # type: ignore[misc]
+        return iter(list(self._types.values()))
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._types
+
+
+registry = Registry()
+
+
+def _qualname(handler: Callable[..., Any]) -> str:
+    return f"{handler.__module__}.{handler.__qualname__}"
+
+
+def job(
+    name: str,
+    *,
+    queue: str | None = None,
+    priority: int = 0,
+    max_attempts: int | None = None,
+    backoff: Backoff | None = None,
+    timeout: float | None = None,
+    version: int = 1,
+    upcasters: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] | None = None,
+) -> Callable[[H], H]:
+    """Register the decorated ``handler(ctx, payload)`` as job type ``name``.
+
+    Raises ``ValueError`` for an invalid name or policy, at import time rather than at the
+    first enqueue, and ``AlreadyRegistered`` when another handler owns ``name``.
+    """
+    if not NAME_RE.match(name):
+        raise ValueError(f"invalid job type name {name!r}: use letters, digits and _ . : -")
+    if queue is not None and not QUEUE_RE.match(queue):
+        raise ValueError(f"invalid queue name {queue!r}")
+    if isinstance(priority, bool) or priority not in PRIORITY_RANGE:
+        raise ValueError("priority must be an integer between -100 and 100")
+    if max_attempts is not None and (isinstance(max_attempts, bool) or max_attempts < 1):
+        raise ValueError("max_attempts must be an integer >= 1")
+    if timeout is not None and not timeout > 0:
+        raise ValueError("timeout must be > 0 seconds")
+    if isinstance(version, bool) or version < 1:
+        raise ValueError("version must be an integer >= 1")
+
+    def decorator(handler: H) -> H:
+        registry.register(
+            JobType(
+                name=name,
+                handler=handler,
+                queue=queue,
+                priority=priority,
+                max_attempts=max_attempts,
+                backoff=backoff,
+                timeout=timeout,
+                version=version,
+                upcasters=dict(upcasters or {}),
+            )
+        )
+        handler.job_name = name  # type: ignore[attr-defined]  # lets enqueue(handler, ...) work
+        return handler
+
+    return decorator

@@ -1,0 +1,85 @@
+"""Redaction of secrets from error texts before they are stored or logged.
+
+Error messages and tracebacks routinely carry what a handler had in hand: an HTTP client's
+request headers, a DSN with a password, an API key in a query string. Everything that reaches
+``Job.last_error``, ``JobEvent.error`` or a log line goes through :func:`sanitize` first.
+Redaction is pattern-based and errs on the side of hiding too much.
+"""
+
+from __future__ import annotations
+
+import re
+
+REDACTED = "[REDACTED]"
+
+# Names whose values are secrets, as they appear in headers, query strings, JSON, reprs, kwargs.
+_SECRET_NAME = (
+    r"(?:[\w-]*(?:passw(?:or)?d|passwd|pwd|secret|token|api[_-]?key|apikey|access[_-]?key"
+    r"|private[_-]?key|client[_-]?secret|session(?:id)?|csrf|signature|credential|auth)[\w-]*)"
+)
+
+_PATTERNS: tuple[tuple[re.Pattern[str], str], ...] = (
+    # Authorization / Cookie / API key headers, up to the end of the line.
+    (
+        re.compile(
+            r"(?im)^(\s*[\"']?(?:proxy-)?(?:authorization|cookie|set-cookie|x-api-key"
+            r"|x-auth-token|x-csrftoken)[\"']?\s*[:=]\s*).+$"
+        ),
+        r"\1" + REDACTED,
+    ),
+    # The same headers inside a dict repr or JSON on one line: 'Authorization': 'Bearer x'.
+    (
+        re.compile(
+            r"(?i)([\"'](?:proxy-)?(?:authorization|cookie|set-cookie|x-api-key|x-auth-token)"
+            r"[\"']\s*:\s*)([\"']).*?\2"
+        ),
+        r"\1\2" + REDACTED + r"\2",
+    ),
+    # Bearer / Basic / Token credentials wherever they appear.
+    (re.compile(r"(?i)\b(bearer|basic|token)\s+[A-Za-z0-9._~+/=-]{8,}"), r"\1 " + REDACTED),
+    # Credentials in URLs: scheme://user:password@host
+    (re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://[^\s:/@]+):[^\s@/]+@"), r"\1:" + REDACTED + "@"),
+    # "password": "…" and 'api_key': '…' (JSON, dict reprs)
+    (
+        re.compile(r"(?i)([\"']" + _SECRET_NAME + r"[\"']\s*:\s*)([\"']).*?(?<!\\)\2"),
+        r"\1\2" + REDACTED + r"\2",
+    ),
+    # "password": 12345 (unquoted JSON values)
+    (
+        re.compile(r"(?i)([\"']" + _SECRET_NAME + r"[\"']\s*:\s*)(?![\"'\s])[^,}\]\s]+"),
+        r"\1" + REDACTED,
+    ),
+    # password=…, ?token=…&, api_key: … (kwargs, query strings, log lines, DSNs)
+    (
+        re.compile(r"(?i)(?<![\w-])(" + _SECRET_NAME + r")(\s*[=:]\s*)(?![\s\"'\[])[^\s&,;)\]}]+"),
+        r"\1\2" + REDACTED,
+    ),
+    (
+        re.compile(r"(?i)(?<![\w-])(" + _SECRET_NAME + r")(\s*=\s*)([\"']).*?(?<!\\)\3"),
+        r"\1\2\3" + REDACTED + r"\3",
+    ),
+    # Well-known token shapes that need no name around them.
+    (re.compile(r"\beyJ[A-Za-z0-9_-]{5,}\.[A-Za-z0-9_-]{5,}\.[A-Za-z0-9_-]{5,}"), REDACTED),  # JWT
+    (re.compile(r"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b"), REDACTED),  # AWS access key id
+    (re.compile(r"\b(?:sk|rk|pk)_(?:live|test)_[A-Za-z0-9]{8,}"), REDACTED),  # Stripe-style keys
+    (re.compile(r"\bgh[pousr]_[A-Za-z0-9]{20,}"), REDACTED),  # GitHub tokens
+    (re.compile(r"\bxox[abprs]-[A-Za-z0-9-]{10,}"), REDACTED),  # Slack tokens
+    (re.compile(r"-----BEGIN [A-Z ]*PRIVATE KEY-----.*?-----END [A-Z ]*PRIVATE KEY-----", re.S), REDACTED),
+)
+
+
+def sanitize(text: str) -> str:
+    """Return ``text`` with every secret it appears to contain replaced by ``[REDACTED]``."""
+    for pattern, replacement in _PATTERNS:
+        text = pattern.sub(replacement, text)
+    return text
+
+
+def truncate(text: str, limit: int) -> str:
+    """Keep the head and the tail of a long text: the message and the innermost frames."""
+    if len(text) <= limit:
+        return text
+    marker = "\n… [truncated] …\n"
+    head = max(0, (limit - len(marker)) // 3)
+    tail = max(0, limit - len(marker) - head)
+    return text[:head] + marker + text[len(text) - tail :]

@@ -1,0 +1,77 @@
+"""Job statuses and the arrows between them. Pure: no database access.
+
+Who moves a job in and out of each status (docs/lifecycle.md has the diagram):
+
+- ``pending``: created by ``enqueue()``; a retryable error, the reaper or a manual retry moves a
+  job back here. Left by a worker's claim (→ running) or a cancellation (→ cancelled).
+- ``running``: entered only by a worker's claim, which mints a new ``execution_id``. Left by the
+  outcome write of *that* execution (compare-and-set on id, execution_id and status), by the
+  reaper when the lease goes stale, or by a worker releasing a job it claimed but did not start.
+- ``completed``, ``skipped``, ``failed``, ``cancelled``: terminal for workers. Only an operator
+  (manual retry) takes ``failed`` or ``cancelled`` back to ``pending``.
+- ``needs_review``: the reaper parks a job here when a blind retry is unsafe; an operator
+  resolves or retries it.
+"""
+
+from __future__ import annotations
+
+from django.db import models
+
+
+class JobStatus(models.TextChoices):
+    PENDING = "pending", "Pending"
+    RUNNING = "running", "Running"
+    COMPLETED = "completed", "Completed"
+    FAILED = "failed", "Failed"
+    SKIPPED = "skipped", "Skipped"
+    CANCELLED = "cancelled", "Cancelled"
+    NEEDS_REVIEW = "needs_review", "Needs review"
+
+
+#: A job in one of these states is live: it holds its unique key and will still run.
+ACTIVE_STATUSES: frozenset[str] = frozenset({JobStatus.PENDING, JobStatus.RUNNING})
+
+#: No worker will touch a job in one of these states again.
+FINISHED_STATUSES: frozenset[str] = frozenset(
+    {JobStatus.COMPLETED, JobStatus.FAILED, JobStatus.SKIPPED, JobStatus.CANCELLED}
+)
+
+#: The arrows of the state machine: source → the statuses it may move to.
+TRANSITIONS: dict[str, frozenset[str]] = {
+    JobStatus.PENDING: frozenset({JobStatus.RUNNING, JobStatus.CANCELLED}),
+    JobStatus.RUNNING: frozenset(
+        {
+            JobStatus.COMPLETED,
+            JobStatus.PENDING,  # retry, recovery or release
+            JobStatus.FAILED,
+            JobStatus.SKIPPED,
+            JobStatus.CANCELLED,
+            JobStatus.NEEDS_REVIEW,
+        }
+    ),
+    JobStatus.FAILED: frozenset({JobStatus.PENDING}),
+    JobStatus.CANCELLED: frozenset({JobStatus.PENDING}),
+    JobStatus.NEEDS_REVIEW: frozenset({JobStatus.PENDING, JobStatus.COMPLETED, JobStatus.FAILED}),
+    JobStatus.COMPLETED: frozenset(),
+    JobStatus.SKIPPED: frozenset(),
+}
+
+
+def can_transition(source: str, target: str) -> bool:
+    """Whether the state machine has an arrow from ``source`` to ``target``."""
+    return target in TRANSITIONS.get(source, frozenset())
+
+
+class EventKind(models.TextChoices):
+    """What a ``JobEvent`` records. The plain claim → complete path writes no event."""
+
+    RETRY_SCHEDULED = "retry_scheduled", "Retry scheduled"
+    FAILED = "failed", "Failed"
+    SKIPPED = "skipped", "Skipped"
+    CANCELLED = "cancelled", "Cancelled"
+    RELEASED = "released", "Released by its worker"
+    RECOVERED = "recovered", "Recovered by the reaper"
+    NEEDS_REVIEW = "needs_review", "Parked for review"
+    MANUAL_RETRY = "manual_retry", "Retried by an operator"
+    CANCEL_REQUESTED = "cancel_requested", "Cancellation requested"
+    RESOLVED = "resolved", "Resolved by an operator"

@@ -1,0 +1,88 @@
+"""A fake external provider: a real HTTP server on 127.0.0.1, for the demo and the tests.
+
+``POST /operations/<key>`` performs an operation identified by ``<key>``. Query parameters
+script its misbehaviour per key:
+
+- ``fail=N&status=503``: answer ``status`` to the first N requests for this key, then succeed;
+- ``retry_after=S``: with a 429 status, send ``Retry-After: S``.
+
+Requests carrying an ``Idempotency-Key`` header are performed once per key: a repeat gets the
+stored answer, so the provider holds exactly one object per key.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections import Counter
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+
+class FakeProvider:
+    def __init__(self) -> None:
+        self.requests: Counter[str] = Counter()
+        self.objects: dict[str, dict[str, Any]] = {}
+        self.lock = threading.Lock()
+        self._server: ThreadingHTTPServer | None = None
+
+    @property
+    def url(self) -> str:
+        assert self._server is not None, "start() the provider first"
+        host, port = self._server.server_address[:2]
+        return f"http://{host!s}:{port}"
+
+    def start(self) -> FakeProvider:
+        provider = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                provider._handle(self)
+
+            def log_message(self, format: str, *args: Any) -> None:
+                pass  # quiet: the demo prints its own summary
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server.daemon_threads = True
+        threading.Thread(target=self._server.serve_forever, daemon=True, name="fake-provider").start()
+        return self
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+
+    def _handle(self, request: BaseHTTPRequestHandler) -> None:
+        parts = urlsplit(request.path)
+        query = {k: v[0] for k, v in parse_qs(parts.query).items()}
+        key = parts.path.rsplit("/", 1)[-1]
+        length = int(request.headers.get("Content-Length") or 0)
+        body = request.rfile.read(length) if length else b""
+        with self.lock:
+            self.requests[key] += 1
+            seen = self.requests[key]
+            failing = seen <= int(query.get("fail", 0))
+            idempotency_key = request.headers.get("Idempotency-Key")
+            if not failing:
+                object_key = idempotency_key or f"{key}#{seen}"
+                created = self.objects.setdefault(
+                    object_key, {"id": f"obj_{len(self.objects) + 1}", "key": key, "body": body.decode()}
+                )
+        if failing:
+            status = int(query.get("status", 503))
+            headers = {"Retry-After": query["retry_after"]} if "retry_after" in query else {}
+            self._reply(request, status, {"error": "try later"}, headers)
+        else:
+            self._reply(request, 200, created, {})
+
+    @staticmethod
+    def _reply(request: BaseHTTPRequestHandler, status: int, body: dict[str, Any], headers: dict[str, str]) -> None:
+        data = json.dumps(body).encode()
+        request.send_response(status)
+        request.send_header("Content-Type", "application/json")
+        request.send_header("Content-Length", str(len(data)))
+        for name, value in headers.items():
+            request.send_header(name, value)
+        request.end_headers()
+        request.wfile.write(data)
