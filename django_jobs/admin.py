@@ -36,7 +36,17 @@ class JobEventInline(TabularInline):
     model = JobEvent
     extra = 0
     can_delete = False
-    fields = ("created_at", "kind", "from_status", "to_status", "attempt", "error_code", "worker_id", "actor", "reason")
+    fields = (
+        "created_at",
+        "kind",
+        "from_status",
+        "to_status",
+        "attempt",
+        "error_code",
+        "worker_id",
+        "actor",
+        "reason",
+    )
     readonly_fields = fields
     ordering = ("id",)
 
@@ -46,7 +56,17 @@ class JobEventInline(TabularInline):
 
 @admin.register(Job)
 class JobAdmin(ReadOnlyAdmin):
-    list_display = ("id", "type", "queue", "status", "attempts", "max_attempts", "last_error_code", "available_at", "worker_id")
+    list_display = (
+        "id",
+        "type",
+        "queue",
+        "status",
+        "attempts",
+        "max_attempts",
+        "last_error_code",
+        "available_at",
+        "worker_id",
+    )
     list_filter = ("status", "queue")
     search_fields = ("=id", "type", "=unique_key", "=last_error_code")
     list_per_page = 50

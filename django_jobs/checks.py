@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
+from django.apps import AppConfig
 from django.conf import settings
 from django.core.checks import CheckMessage, Error, Tags, Warning, register
 from django.db import connections
@@ -24,7 +26,7 @@ _POSITIVE_INTEGERS = ("BATCH_SIZE", "MAX_PAYLOAD_BYTES", "DEFAULT_MAX_ATTEMPTS",
 
 
 @register(Tags.compatibility)
-def check_settings(**kwargs: Any) -> list[CheckMessage]:
+def check_settings(app_configs: Sequence[AppConfig] | None = None, **kwargs: Any) -> list[CheckMessage]:
     user = getattr(settings, "DJANGO_JOBS", {})
     if not isinstance(user, dict):
         return [Error("DJANGO_JOBS must be a dict.", id="django_jobs.E001")]
@@ -40,20 +42,14 @@ def check_settings(**kwargs: Any) -> list[CheckMessage]:
     for key in _POSITIVE_NUMBERS:
         value = user.get(key, DEFAULTS[key])
         if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
-            errors.append(
-                Error(f"DJANGO_JOBS[{key!r}] must be a number > 0.", id="django_jobs.E003")
-            )
+            errors.append(Error(f"DJANGO_JOBS[{key!r}] must be a number > 0.", id="django_jobs.E003"))
     for key in _POSITIVE_INTEGERS:
         value = user.get(key, DEFAULTS[key])
         if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-            errors.append(
-                Error(f"DJANGO_JOBS[{key!r}] must be an integer > 0.", id="django_jobs.E004")
-            )
+            errors.append(Error(f"DJANGO_JOBS[{key!r}] must be an integer > 0.", id="django_jobs.E004"))
     jitter = user.get("BACKOFF_JITTER", DEFAULTS["BACKOFF_JITTER"])
     if isinstance(jitter, bool) or not isinstance(jitter, int | float) or not 0 <= jitter <= 1:
-        errors.append(
-            Error("DJANGO_JOBS['BACKOFF_JITTER'] must be between 0 and 1.", id="django_jobs.E005")
-        )
+        errors.append(Error("DJANGO_JOBS['BACKOFF_JITTER'] must be between 0 and 1.", id="django_jobs.E005"))
     lease = user.get("LEASE_TIMEOUT", DEFAULTS["LEASE_TIMEOUT"])
     beat = user.get("HEARTBEAT_INTERVAL", DEFAULTS["HEARTBEAT_INTERVAL"])
     if isinstance(lease, int | float) and isinstance(beat, int | float) and beat >= lease:
@@ -67,8 +63,8 @@ def check_settings(**kwargs: Any) -> list[CheckMessage]:
     return errors
 
 
-@register(Tags.database)
-def check_database(databases: list[str] | None = None, **kwargs: Any) -> list[CheckMessage]:
+@register(Tags.compatibility)
+def check_database(app_configs: Sequence[AppConfig] | None = None, **kwargs: Any) -> list[CheckMessage]:
     alias = getattr(settings, "DJANGO_JOBS", {}).get("DATABASE", DEFAULTS["DATABASE"])
     if alias not in settings.DATABASES:
         return [Error(f"DJANGO_JOBS['DATABASE'] names an unknown alias {alias!r}.", id="django_jobs.E007")]

@@ -12,8 +12,8 @@ from __future__ import annotations
 import datetime as dt
 import json
 import math
-from contextlib import nullcontext
 from collections.abc import Callable, Iterable, Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Any
 
@@ -233,9 +233,10 @@ def _check_plain_json(value: object, path: str) -> None:
 
 # ---- insertion ------------------------------------------------------------------------------
 
-_COLUMNS = [f.column for f in Job._meta.concrete_fields]
-_ATTNAMES = [f.attname for f in Job._meta.concrete_fields]
-_ACTIVE = ", ".join(f"'{s}'" for s in sorted(ACTIVE_STATUSES))
+_FIELDS = Job._meta.concrete_fields
+_COLUMNS: list[str] = [str(f.column) for f in _FIELDS]
+_ATTNAMES = [f.attname for f in _FIELDS]
+_ACTIVE = ", ".join(f"'{status}'" for status in sorted(ACTIVE_STATUSES))
 _VALUES_ROW = (
     "(%s, %s, %s, %s::jsonb, 'pending', %s,"
     " COALESCE(%s::timestamptz, now() + make_interval(secs => %s)), 0, %s, %s)"
@@ -299,9 +300,19 @@ def _insert_rows(cursor: Any, alias: str, rows: list[_Row]) -> list[Job]:
         chunk = ordered[start : start + _ROWS_PER_INSERT]
         params: list[Any] = []
         for r in chunk:
-            params += [r.queue, r.type, r.version, r.payload, r.priority, r.run_at, r.delay, r.max_attempts, r.unique_key]
+            params += [
+                r.queue,
+                r.type,
+                r.version,
+                r.payload,
+                r.priority,
+                r.run_at,
+                r.delay,
+                r.max_attempts,
+                r.unique_key,
+            ]
         cursor.execute(_INSERT.format(values=", ".join([_VALUES_ROW] * len(chunk))), params)
-        jobs += [Job.from_db(alias, _ATTNAMES, row) for row in cursor.fetchall()]
+        jobs += [_job_from_row(alias, row) for row in cursor.fetchall()]
     return jobs
 
 
@@ -311,9 +322,9 @@ def _fill_from_holders(
     """Point deduplicated rows at the active job holding their key; return rows to insert again."""
     if not missing:
         return []
-    keys = sorted({rows[i].unique_key for i in missing if rows[i].unique_key is not None})
+    keys = sorted({key for i in missing if (key := rows[i].unique_key) is not None})
     cursor.execute(_SELECT_HOLDERS, [rows[missing[0]].type, keys])
-    holders = {job.unique_key: job for job in (Job.from_db(alias, _ATTNAMES, r) for r in cursor.fetchall())}
+    holders = {job.unique_key: job for job in (_job_from_row(alias, r) for r in cursor.fetchall())}
     retry: list[int] = []
     for i in missing:
         holder = holders.get(rows[i].unique_key)
@@ -322,3 +333,13 @@ def _fill_from_holders(
         else:
             result[i] = holder
     return retry
+
+
+def _job_from_row(alias: str, row: Sequence[Any]) -> Job:
+    """A model instance from a raw row, with the fields' database converters applied (jsonb)."""
+    connection = connections[alias]
+    values = [
+        field.from_db_value(value, None, connection) if hasattr(field, "from_db_value") else value
+        for field, value in zip(_FIELDS, row, strict=True)
+    ]
+    return Job.from_db(alias, _ATTNAMES, values)

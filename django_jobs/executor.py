@@ -54,11 +54,13 @@ def execute(claim: Claim) -> Execution:
     except LeaseLost:
         logger.warning("lease lost id=%s execution=%s type=%s", claim.id, claim.execution_id, claim.type)
         return Execution(None, time.perf_counter() - started)
-    except Exception as exc:  # noqa: BLE001  # every handler error becomes an outcome
+    except Exception as exc:  # every handler error becomes an outcome
         return Execution(failure_outcome(claim, job_type, exc), time.perf_counter() - started)
     finally:
         _drop_broken_connections()
-    return Execution(Outcome(claim.id, claim.execution_id, JobStatus.COMPLETED), time.perf_counter() - started)
+    return Execution(
+        Outcome(claim.id, claim.execution_id, JobStatus.COMPLETED), time.perf_counter() - started
+    )
 
 
 def decode_payload(claim: Claim, job_type: JobType) -> dict[str, object]:
@@ -70,6 +72,8 @@ def decode_payload(claim: Claim, job_type: JobType) -> dict[str, object]:
         payload = _decode_json(claim.payload)
     except ValueError as exc:
         raise PermanentError(f"payload is not valid JSON: {exc}", code=ErrorCode.PAYLOAD_INVALID) from exc
+    if not isinstance(payload, dict):
+        raise PermanentError("payload is not a JSON object", code=ErrorCode.PAYLOAD_INVALID)
     version = claim.version
     while version < job_type.version:
         upcast = job_type.upcasters.get(version)
@@ -78,35 +82,54 @@ def decode_payload(claim: Claim, job_type: JobType) -> dict[str, object]:
                 f"no upcaster from payload version {version} of {claim.type!r}",
                 code=ErrorCode.PAYLOAD_INVALID,
             )
-        payload = upcast(payload)
+        try:
+            payload = upcast(payload)
+        except Exception as exc:
+            # The stored payload does not fit the contract of its version: no retry will help.
+            raise PermanentError(
+                f"upcasting payload version {version} of {claim.type!r} failed: {type(exc).__name__}: {exc}",
+                code=ErrorCode.PAYLOAD_INVALID,
+            ) from exc
         version += 1
-    if not isinstance(payload, dict):
-        raise PermanentError("payload is not a JSON object", code=ErrorCode.PAYLOAD_INVALID)
+        if not isinstance(payload, dict):
+            raise PermanentError(
+                f"upcaster from version {version - 1} returned no JSON object", code=ErrorCode.PAYLOAD_INVALID
+            )
     return payload
 
 
 def failure_outcome(claim: Claim, job_type: JobType | None, exc: Exception) -> Outcome:
     """Decide retry / fail / skip for an exception, with the sanitized error to store."""
     decision = classify(exc)
-    error = describe(exc)
-    base = {"job_id": claim.id, "execution_id": claim.execution_id, "error_code": decision.code, "error": error}
+    retry = decision.kind is OutcomeKind.RETRY and claim.attempt < claim.max_attempts
+    details: dict[str, object] | None
     if decision.kind is OutcomeKind.SKIP:
         logger.info("job skipped id=%s type=%s code=%s", claim.id, claim.type, decision.code)
-        return Outcome(status=JobStatus.SKIPPED, event=EventKind.SKIPPED, **base)
-    if decision.kind is OutcomeKind.RETRY and claim.attempt < claim.max_attempts and job_type is not None:
+        status, event, delay, details = JobStatus.SKIPPED, EventKind.SKIPPED, 0.0, None
+    elif retry and job_type is not None:
         delay = job_type.retry_policy.delay(claim.attempt, retry_after=decision.retry_after)
         logger.info(
             "job retry scheduled id=%s type=%s attempt=%s/%s code=%s in=%.1fs",
             claim.id, claim.type, claim.attempt, claim.max_attempts, decision.code, delay,
-        )
-        details = json.dumps({"retry_in": round(delay, 3)})
-        return Outcome(status=JobStatus.PENDING, delay=delay, event=EventKind.RETRY_SCHEDULED, details=details, **base)
-    reason = "permanent_error" if decision.kind is OutcomeKind.FAIL else "attempts_exhausted"
-    logger.warning(
-        "job failed id=%s type=%s attempt=%s/%s code=%s reason=%s",
-        claim.id, claim.type, claim.attempt, claim.max_attempts, decision.code, reason,
+        )  # fmt: skip
+        status, event, details = JobStatus.PENDING, EventKind.RETRY_SCHEDULED, {"retry_in": round(delay, 3)}
+    else:
+        reason = "permanent_error" if decision.kind is OutcomeKind.FAIL else "attempts_exhausted"
+        logger.warning(
+            "job failed id=%s type=%s attempt=%s/%s code=%s reason=%s",
+            claim.id, claim.type, claim.attempt, claim.max_attempts, decision.code, reason,
+        )  # fmt: skip
+        status, event, delay, details = JobStatus.FAILED, EventKind.FAILED, 0.0, {"reason": reason}
+    return Outcome(
+        job_id=claim.id,
+        execution_id=claim.execution_id,
+        status=status,
+        delay=delay,
+        error_code=decision.code,
+        error=describe(exc),
+        event=event,
+        details=json.dumps(details) if details is not None else None,
     )
-    return Outcome(status=JobStatus.FAILED, event=EventKind.FAILED, details=json.dumps({"reason": reason}), **base)
 
 
 def describe(exc: BaseException) -> str:

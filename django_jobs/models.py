@@ -112,13 +112,13 @@ class Job(models.Model):
                 name="django_jobs_unique_active",
                 condition=Q(status__in=sorted(ACTIVE_STATUSES), unique_key__isnull=False),
             ),
-            models.CheckConstraint(
-                condition=Q(status__in=JobStatus.values), name="django_jobs_status_valid"
-            ),
+            models.CheckConstraint(condition=Q(status__in=JobStatus.values), name="django_jobs_status_valid"),
             models.CheckConstraint(
                 condition=Q(priority__gte=-100, priority__lte=100), name="django_jobs_priority_range"
             ),
-            models.CheckConstraint(condition=Q(max_attempts__gte=1), name="django_jobs_max_attempts_positive"),
+            models.CheckConstraint(
+                condition=Q(max_attempts__gte=1), name="django_jobs_max_attempts_positive"
+            ),
             # A running job always has an owner: the reaper and every guarded write rely on it.
             models.CheckConstraint(
                 condition=~Q(status=JobStatus.RUNNING)

@@ -7,7 +7,7 @@ the function freely, but never reuse a name for different work.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -72,8 +72,7 @@ class Registry:
         existing = self._types.get(job_type.name)
         if existing is not None and _qualname(existing.handler) != _qualname(job_type.handler):
             raise AlreadyRegistered(
-                f"job type {job_type.name!r} is already registered by "
-                f"{_qualname(existing.handler)}"
+                f"job type {job_type.name!r} is already registered by {_qualname(existing.handler)}"
             )
         self._types[job_type.name] = job_type
 
@@ -86,8 +85,8 @@ class Registry:
     def names(self) -> list[str]:
         return sorted(self._types)
 
-    def __iter__(self) -> Iterable[JobType]:  # type: ignore[misc]
-        return iter(list(self._types.values()))
+    def all(self) -> list[JobType]:
+        return list(self._types.values())
 
     def __contains__(self, name: object) -> bool:
         return name in self._types

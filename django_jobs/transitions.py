@@ -225,14 +225,14 @@ def set_progress(job_id: int, execution_id: uuid.UUID, progress_json: str) -> bo
     """Store progress if the execution still owns the job; False means the lease was lost."""
     with connections[jobs_settings.DATABASE].cursor() as cursor:
         cursor.execute(_SET_PROGRESS, [progress_json, job_id, execution_id])
-        return cursor.rowcount == 1
+        return bool(cursor.rowcount == 1)
 
 
 def set_checkpoint(job_id: int, execution_id: uuid.UUID, checkpoint_json: str) -> bool:
     """Store a checkpoint if the execution still owns the job; False means the lease was lost."""
     with connections[jobs_settings.DATABASE].cursor() as cursor:
         cursor.execute(_SET_CHECKPOINT, [checkpoint_json, job_id, execution_id])
-        return cursor.rowcount == 1
+        return bool(cursor.rowcount == 1)
 
 
 __all__ = [

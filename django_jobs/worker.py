@@ -97,6 +97,7 @@ class Worker:
         grace: float = 30.0,
         batch_size: int | None = None,
         worker_id: str | None = None,
+        handle_signals: bool = False,
     ) -> None:
         if concurrency < 1:
             raise ValueError("concurrency must be >= 1")
@@ -106,8 +107,9 @@ class Worker:
         self.burst = burst
         self.grace = grace
         self.batch_size = max(1, batch_size or jobs_settings.BATCH_SIZE)
+        self.handle_signals = handle_signals
         self.stats = WorkerStats()
-        self.versions = {job_type.name: job_type.version for job_type in registry}
+        self.versions = {job_type.name: job_type.version for job_type in registry.all()}
         self._statement = ClaimStatement(self.worker_id, self.queues, self.versions)
 
         self._lock = threading.Condition()
@@ -127,7 +129,10 @@ class Worker:
         """Work until stopped (or, with ``burst``, until nothing is claimable). Returns 0."""
         logger.info(
             "worker started id=%s queues=%s concurrency=%s types=%s",
-            self.worker_id, ",".join(self.queues) or "*", self.concurrency, len(self.versions),
+            self.worker_id,
+            ",".join(self.queues) or "*",
+            self.concurrency,
+            len(self.versions),
         )
         self._install_signal_handlers()
         self._threads = [
@@ -212,7 +217,7 @@ class Worker:
             due = (
                 force
                 or len(self._outcomes) >= self.batch_size
-                or not self._running and not self._buffer
+                or (not self._running and not self._buffer)
                 or time.monotonic() - (self._oldest_outcome_at or 0) >= jobs_settings.OUTCOME_FLUSH_INTERVAL
             )
             if not due:
@@ -232,7 +237,9 @@ class Worker:
                 self.stats.lost += 1
                 logger.warning(
                     "outcome discarded, lease lost id=%s execution=%s status=%s",
-                    outcome.job_id, outcome.execution_id, outcome.status,
+                    outcome.job_id,
+                    outcome.execution_id,
+                    outcome.status,
                 )
         self.stats.last_outcome_at = time.monotonic()
 
@@ -268,7 +275,9 @@ class Worker:
                     else:
                         self.stats.lost += 1
                     d = result.duration
-                    self._avg_duration = d if self._avg_duration is None else 0.8 * self._avg_duration + 0.2 * d
+                    self._avg_duration = (
+                        d if self._avg_duration is None else 0.8 * self._avg_duration + 0.2 * d
+                    )
                     wake = len(self._buffer) <= len(self._running) or len(self._outcomes) >= self.batch_size
                 if wake:
                     self._wake.set()
@@ -316,7 +325,10 @@ class Worker:
                 return
             except DatabaseError as exc:
                 if until is None or time.monotonic() >= until:
-                    logger.error("could not write %s outcome(s); the reaper will recover those jobs", len(self._outcomes))
+                    logger.error(
+                        "could not write %s outcome(s); the reaper will recover those jobs",
+                        len(self._outcomes),
+                    )
                     return
                 wait = self._database_unavailable(exc, wait)
                 time.sleep(wait)
@@ -335,13 +347,14 @@ class Worker:
     # ---- signals ------------------------------------------------------------------------------
 
     def _install_signal_handlers(self) -> None:
-        if threading.current_thread() is not threading.main_thread():
+        if not self.handle_signals:
             return  # embedded use (tests, a thread of another program): the owner calls stop()
 
         def handle(signum: int, frame: FrameType | None) -> None:
             again = self._stopping.is_set()
             logger.info(
-                "%s received: %s", signal.Signals(signum).name,
+                "%s received: %s",
+                signal.Signals(signum).name,
                 "releasing running jobs and exiting" if again else "no new claims, finishing running jobs",
             )
             self.stop(abort=again)

@@ -22,6 +22,7 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "django_jobs",
     "testproject.demo",
+    "testproject.testjobs",
 ]
 
 MIDDLEWARE = [

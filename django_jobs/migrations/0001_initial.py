@@ -6,76 +6,248 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     initial = True
 
-    dependencies = [
-    ]
+    dependencies = []
 
     operations = [
         migrations.CreateModel(
-            name='ProcessedEffect',
+            name="ProcessedEffect",
             fields=[
-                ('key', models.CharField(max_length=300, primary_key=True, serialize=False)),
-                ('job_id', models.BigIntegerField(blank=True, null=True)),
-                ('created_at', models.DateTimeField(db_default=django.db.models.functions.datetime.Now())),
+                ("key", models.CharField(max_length=300, primary_key=True, serialize=False)),
+                ("job_id", models.BigIntegerField(blank=True, null=True)),
+                ("created_at", models.DateTimeField(db_default=django.db.models.functions.datetime.Now())),
             ],
         ),
         migrations.CreateModel(
-            name='Job',
+            name="Job",
             fields=[
-                ('id', models.BigAutoField(primary_key=True, serialize=False)),
-                ('queue', models.CharField(max_length=100)),
-                ('type', models.CharField(help_text='Stable name the handler is registered under.', max_length=200)),
-                ('version', models.PositiveIntegerField(default=1, help_text="Version of the payload's schema.")),
-                ('payload', models.JSONField()),
-                ('status', models.CharField(choices=[('pending', 'Pending'), ('running', 'Running'), ('completed', 'Completed'), ('failed', 'Failed'), ('skipped', 'Skipped'), ('cancelled', 'Cancelled'), ('needs_review', 'Needs review')], default='pending', max_length=20)),
-                ('priority', models.SmallIntegerField(default=0, help_text='Higher runs first (-100 … 100).')),
-                ('available_at', models.DateTimeField(db_default=django.db.models.functions.datetime.Now(), help_text='Not claimed before this.')),
-                ('attempts', models.PositiveIntegerField(default=0, help_text='Claims so far, this one included.')),
-                ('max_attempts', models.PositiveIntegerField(default=5)),
-                ('unique_key', models.CharField(blank=True, help_text='At most one pending or running job of this type holds a given key.', max_length=200, null=True)),
-                ('worker_id', models.CharField(blank=True, max_length=200, null=True)),
-                ('execution_id', models.UUIDField(blank=True, null=True)),
-                ('started_at', models.DateTimeField(blank=True, help_text='When the last claim was made.', null=True)),
-                ('heartbeat_at', models.DateTimeField(blank=True, null=True)),
-                ('cancel_requested_at', models.DateTimeField(blank=True, null=True)),
-                ('last_error_code', models.CharField(blank=True, max_length=100, null=True)),
-                ('last_error', models.TextField(blank=True, help_text='Sanitized: secrets are redacted.', null=True)),
-                ('progress', models.JSONField(blank=True, null=True)),
-                ('checkpoint', models.JSONField(blank=True, null=True)),
-                ('created_at', models.DateTimeField(db_default=django.db.models.functions.datetime.Now())),
-                ('completed_at', models.DateTimeField(blank=True, null=True)),
-                ('failed_at', models.DateTimeField(blank=True, null=True)),
-                ('finished_at', models.DateTimeField(blank=True, null=True)),
+                ("id", models.BigAutoField(primary_key=True, serialize=False)),
+                ("queue", models.CharField(max_length=100)),
+                (
+                    "type",
+                    models.CharField(
+                        help_text="Stable name the handler is registered under.", max_length=200
+                    ),
+                ),
+                (
+                    "version",
+                    models.PositiveIntegerField(default=1, help_text="Version of the payload's schema."),
+                ),
+                ("payload", models.JSONField()),
+                (
+                    "status",
+                    models.CharField(
+                        choices=[
+                            ("pending", "Pending"),
+                            ("running", "Running"),
+                            ("completed", "Completed"),
+                            ("failed", "Failed"),
+                            ("skipped", "Skipped"),
+                            ("cancelled", "Cancelled"),
+                            ("needs_review", "Needs review"),
+                        ],
+                        default="pending",
+                        max_length=20,
+                    ),
+                ),
+                (
+                    "priority",
+                    models.SmallIntegerField(default=0, help_text="Higher runs first (-100 … 100)."),
+                ),
+                (
+                    "available_at",
+                    models.DateTimeField(
+                        db_default=django.db.models.functions.datetime.Now(),
+                        help_text="Not claimed before this.",
+                    ),
+                ),
+                (
+                    "attempts",
+                    models.PositiveIntegerField(default=0, help_text="Claims so far, this one included."),
+                ),
+                ("max_attempts", models.PositiveIntegerField(default=5)),
+                (
+                    "unique_key",
+                    models.CharField(
+                        blank=True,
+                        help_text="At most one pending or running job of this type holds a given key.",
+                        max_length=200,
+                        null=True,
+                    ),
+                ),
+                ("worker_id", models.CharField(blank=True, max_length=200, null=True)),
+                ("execution_id", models.UUIDField(blank=True, null=True)),
+                (
+                    "started_at",
+                    models.DateTimeField(blank=True, help_text="When the last claim was made.", null=True),
+                ),
+                ("heartbeat_at", models.DateTimeField(blank=True, null=True)),
+                ("cancel_requested_at", models.DateTimeField(blank=True, null=True)),
+                ("last_error_code", models.CharField(blank=True, max_length=100, null=True)),
+                (
+                    "last_error",
+                    models.TextField(blank=True, help_text="Sanitized: secrets are redacted.", null=True),
+                ),
+                ("progress", models.JSONField(blank=True, null=True)),
+                ("checkpoint", models.JSONField(blank=True, null=True)),
+                ("created_at", models.DateTimeField(db_default=django.db.models.functions.datetime.Now())),
+                ("completed_at", models.DateTimeField(blank=True, null=True)),
+                ("failed_at", models.DateTimeField(blank=True, null=True)),
+                ("finished_at", models.DateTimeField(blank=True, null=True)),
             ],
             options={
-                'ordering': ('-id',),
-                'indexes': [models.Index(models.F('queue'), models.OrderBy(models.F('priority'), descending=True), models.F('available_at'), models.F('id'), condition=models.Q(('status', 'pending')), name='django_jobs_claim_queue'), models.Index(models.OrderBy(models.F('priority'), descending=True), models.F('available_at'), models.F('id'), condition=models.Q(('status', 'pending')), name='django_jobs_claim_any'), models.Index(condition=models.Q(('status', 'running')), fields=['heartbeat_at'], name='django_jobs_running'), models.Index(condition=models.Q(('finished_at__isnull', False)), fields=['status', 'finished_at'], name='django_jobs_finished')],
-                'constraints': [models.UniqueConstraint(condition=models.Q(('status__in', ['pending', 'running']), ('unique_key__isnull', False)), fields=('type', 'unique_key'), name='django_jobs_unique_active'), models.CheckConstraint(condition=models.Q(('status__in', ['pending', 'running', 'completed', 'failed', 'skipped', 'cancelled', 'needs_review'])), name='django_jobs_status_valid'), models.CheckConstraint(condition=models.Q(('priority__gte', -100), ('priority__lte', 100)), name='django_jobs_priority_range'), models.CheckConstraint(condition=models.Q(('max_attempts__gte', 1)), name='django_jobs_max_attempts_positive'), models.CheckConstraint(condition=models.Q(models.Q(('status', 'running'), _negated=True), models.Q(('execution_id__isnull', False), ('heartbeat_at__isnull', False)), _connector='OR'), name='django_jobs_running_has_owner')],
+                "ordering": ("-id",),
+                "indexes": [
+                    models.Index(
+                        models.F("queue"),
+                        models.OrderBy(models.F("priority"), descending=True),
+                        models.F("available_at"),
+                        models.F("id"),
+                        condition=models.Q(("status", "pending")),
+                        name="django_jobs_claim_queue",
+                    ),
+                    models.Index(
+                        models.OrderBy(models.F("priority"), descending=True),
+                        models.F("available_at"),
+                        models.F("id"),
+                        condition=models.Q(("status", "pending")),
+                        name="django_jobs_claim_any",
+                    ),
+                    models.Index(
+                        condition=models.Q(("status", "running")),
+                        fields=["heartbeat_at"],
+                        name="django_jobs_running",
+                    ),
+                    models.Index(
+                        condition=models.Q(("finished_at__isnull", False)),
+                        fields=["status", "finished_at"],
+                        name="django_jobs_finished",
+                    ),
+                ],
+                "constraints": [
+                    models.UniqueConstraint(
+                        condition=models.Q(
+                            ("status__in", ["pending", "running"]), ("unique_key__isnull", False)
+                        ),
+                        fields=("type", "unique_key"),
+                        name="django_jobs_unique_active",
+                    ),
+                    models.CheckConstraint(
+                        condition=models.Q(
+                            (
+                                "status__in",
+                                [
+                                    "pending",
+                                    "running",
+                                    "completed",
+                                    "failed",
+                                    "skipped",
+                                    "cancelled",
+                                    "needs_review",
+                                ],
+                            )
+                        ),
+                        name="django_jobs_status_valid",
+                    ),
+                    models.CheckConstraint(
+                        condition=models.Q(("priority__gte", -100), ("priority__lte", 100)),
+                        name="django_jobs_priority_range",
+                    ),
+                    models.CheckConstraint(
+                        condition=models.Q(("max_attempts__gte", 1)), name="django_jobs_max_attempts_positive"
+                    ),
+                    models.CheckConstraint(
+                        condition=models.Q(
+                            models.Q(("status", "running"), _negated=True),
+                            models.Q(("execution_id__isnull", False), ("heartbeat_at__isnull", False)),
+                            _connector="OR",
+                        ),
+                        name="django_jobs_running_has_owner",
+                    ),
+                ],
             },
         ),
         migrations.CreateModel(
-            name='JobEvent',
+            name="JobEvent",
             fields=[
-                ('id', models.BigAutoField(primary_key=True, serialize=False)),
-                ('kind', models.CharField(choices=[('retry_scheduled', 'Retry scheduled'), ('failed', 'Failed'), ('skipped', 'Skipped'), ('cancelled', 'Cancelled'), ('released', 'Released by its worker'), ('recovered', 'Recovered by the reaper'), ('needs_review', 'Parked for review'), ('manual_retry', 'Retried by an operator'), ('cancel_requested', 'Cancellation requested'), ('resolved', 'Resolved by an operator')], max_length=30)),
-                ('from_status', models.CharField(blank=True, choices=[('pending', 'Pending'), ('running', 'Running'), ('completed', 'Completed'), ('failed', 'Failed'), ('skipped', 'Skipped'), ('cancelled', 'Cancelled'), ('needs_review', 'Needs review')], max_length=20, null=True)),
-                ('to_status', models.CharField(blank=True, choices=[('pending', 'Pending'), ('running', 'Running'), ('completed', 'Completed'), ('failed', 'Failed'), ('skipped', 'Skipped'), ('cancelled', 'Cancelled'), ('needs_review', 'Needs review')], max_length=20, null=True)),
-                ('execution_id', models.UUIDField(blank=True, null=True)),
-                ('worker_id', models.CharField(blank=True, max_length=200, null=True)),
-                ('attempt', models.PositiveIntegerField(blank=True, null=True)),
-                ('error_code', models.CharField(blank=True, max_length=100, null=True)),
-                ('error', models.TextField(blank=True, help_text='Sanitized: secrets are redacted.', null=True)),
-                ('actor', models.CharField(blank=True, max_length=150, null=True)),
-                ('reason', models.TextField(blank=True, null=True)),
-                ('details', models.JSONField(blank=True, null=True)),
-                ('created_at', models.DateTimeField(db_default=django.db.models.functions.datetime.Now())),
-                ('job', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='events', to='django_jobs.job')),
+                ("id", models.BigAutoField(primary_key=True, serialize=False)),
+                (
+                    "kind",
+                    models.CharField(
+                        choices=[
+                            ("retry_scheduled", "Retry scheduled"),
+                            ("failed", "Failed"),
+                            ("skipped", "Skipped"),
+                            ("cancelled", "Cancelled"),
+                            ("released", "Released by its worker"),
+                            ("recovered", "Recovered by the reaper"),
+                            ("needs_review", "Parked for review"),
+                            ("manual_retry", "Retried by an operator"),
+                            ("cancel_requested", "Cancellation requested"),
+                            ("resolved", "Resolved by an operator"),
+                        ],
+                        max_length=30,
+                    ),
+                ),
+                (
+                    "from_status",
+                    models.CharField(
+                        blank=True,
+                        choices=[
+                            ("pending", "Pending"),
+                            ("running", "Running"),
+                            ("completed", "Completed"),
+                            ("failed", "Failed"),
+                            ("skipped", "Skipped"),
+                            ("cancelled", "Cancelled"),
+                            ("needs_review", "Needs review"),
+                        ],
+                        max_length=20,
+                        null=True,
+                    ),
+                ),
+                (
+                    "to_status",
+                    models.CharField(
+                        blank=True,
+                        choices=[
+                            ("pending", "Pending"),
+                            ("running", "Running"),
+                            ("completed", "Completed"),
+                            ("failed", "Failed"),
+                            ("skipped", "Skipped"),
+                            ("cancelled", "Cancelled"),
+                            ("needs_review", "Needs review"),
+                        ],
+                        max_length=20,
+                        null=True,
+                    ),
+                ),
+                ("execution_id", models.UUIDField(blank=True, null=True)),
+                ("worker_id", models.CharField(blank=True, max_length=200, null=True)),
+                ("attempt", models.PositiveIntegerField(blank=True, null=True)),
+                ("error_code", models.CharField(blank=True, max_length=100, null=True)),
+                (
+                    "error",
+                    models.TextField(blank=True, help_text="Sanitized: secrets are redacted.", null=True),
+                ),
+                ("actor", models.CharField(blank=True, max_length=150, null=True)),
+                ("reason", models.TextField(blank=True, null=True)),
+                ("details", models.JSONField(blank=True, null=True)),
+                ("created_at", models.DateTimeField(db_default=django.db.models.functions.datetime.Now())),
+                (
+                    "job",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="events",
+                        to="django_jobs.job",
+                    ),
+                ),
             ],
             options={
-                'ordering': ('job_id', 'id'),
-                'indexes': [models.Index(fields=['job', 'id'], name='django_jobs_event_job')],
+                "ordering": ("job_id", "id"),
+                "indexes": [models.Index(fields=["job", "id"], name="django_jobs_event_job")],
             },
         ),
     ]

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import urllib.error
 import urllib.request
 from typing import Any
@@ -37,11 +36,17 @@ def call_provider(ctx: JobContext, path: str, body: dict[str, Any]) -> dict[str,
             retry_after = float(exc.headers.get("Retry-After") or 1)
             raise RateLimitedError(f"provider rate limit on {path}", retry_after=retry_after) from exc
         if exc.code >= 500:
-            raise RetryableError(f"provider answered {exc.code} on {path}", code=ErrorCode.PROVIDER_5XX) from exc
+            raise RetryableError(
+                f"provider answered {exc.code} on {path}", code=ErrorCode.PROVIDER_5XX
+            ) from exc
         if exc.code in (401, 403):
-            raise PermanentError(f"provider refused our credentials on {path}", code=ErrorCode.AUTH_FAILED) from exc
+            raise PermanentError(
+                f"provider refused our credentials on {path}", code=ErrorCode.AUTH_FAILED
+            ) from exc
         raise PermanentError(f"provider answered {exc.code} on {path}", code=ErrorCode.PROVIDER_4XX) from exc
-    except (TimeoutError, socket.timeout) as exc:
+    except TimeoutError as exc:
         raise RetryableError(f"provider timed out on {path}", code=ErrorCode.NETWORK_TIMEOUT) from exc
     except urllib.error.URLError as exc:
-        raise RetryableError(f"provider unreachable on {path}: {exc.reason}", code=ErrorCode.NETWORK_ERROR) from exc
+        raise RetryableError(
+            f"provider unreachable on {path}: {exc.reason}", code=ErrorCode.NETWORK_ERROR
+        ) from exc

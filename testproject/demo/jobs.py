@@ -41,7 +41,9 @@ def generate_report(ctx: JobContext, payload: dict[str, Any]) -> None:
     """Validates its payload: a bad one fails permanently, without retries."""
     report_id = payload.get("report_id")
     if not isinstance(report_id, int) or report_id <= 0:
-        raise PermanentError(f"report_id must be a positive integer, got {report_id!r}", code=ErrorCode.PAYLOAD_INVALID)
+        raise PermanentError(
+            f"report_id must be a positive integer, got {report_id!r}", code=ErrorCode.PAYLOAD_INVALID
+        )
     ctx.progress(1, 1)
 
 

@@ -77,7 +77,9 @@ class FakeProvider:
             self._reply(request, 200, created, {})
 
     @staticmethod
-    def _reply(request: BaseHTTPRequestHandler, status: int, body: dict[str, Any], headers: dict[str, str]) -> None:
+    def _reply(
+        request: BaseHTTPRequestHandler, status: int, body: dict[str, Any], headers: dict[str, str]
+    ) -> None:
         data = json.dumps(body).encode()
         request.send_response(status)
         request.send_header("Content-Type", "application/json")

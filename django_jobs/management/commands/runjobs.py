@@ -41,27 +41,42 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
         parser.add_argument(
-            "--queue", action="append", type=queue_name, dest="queues", metavar="NAME",
+            "--queue",
+            action="append",
+            type=queue_name,
+            dest="queues",
+            metavar="NAME",
             help="Serve this queue (repeatable). Default: every queue.",
         )
         parser.add_argument(
-            "--concurrency", type=positive_int, default=1, metavar="N",
+            "--concurrency",
+            type=positive_int,
+            default=1,
+            metavar="N",
             help="Jobs run at once, each on its own thread and database connection. Default: 1.",
         )
         parser.add_argument(
             "--burst", action="store_true", help="Exit once nothing is claimable and all is written."
         )
         parser.add_argument(
-            "--grace", type=non_negative_float, default=30.0, metavar="SECONDS",
+            "--grace",
+            type=non_negative_float,
+            default=30.0,
+            metavar="SECONDS",
             help="On shutdown, how long running jobs may take to finish before they are released "
             "for another worker. Default: 30.",
         )
         parser.add_argument(
-            "--batch-size", type=positive_int, default=None, metavar="N",
+            "--batch-size",
+            type=positive_int,
+            default=None,
+            metavar="N",
             help="Most jobs claimed per statement. Default: DJANGO_JOBS['BATCH_SIZE'].",
         )
         parser.add_argument(
-            "--stats-file", default=None, metavar="PATH",
+            "--stats-file",
+            default=None,
+            metavar="PATH",
             help="Write the worker's summary (counts, claim latency percentiles) as JSON on exit.",
         )
 
@@ -74,6 +89,7 @@ class Command(BaseCommand):
             burst=options["burst"],
             grace=options["grace"],
             batch_size=options["batch_size"],
+            handle_signals=True,
         )
         worker.run()
         summary = worker.stats.summary()

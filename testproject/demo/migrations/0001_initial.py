@@ -4,23 +4,28 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     initial = True
 
-    dependencies = [
-    ]
+    dependencies = []
 
     operations = [
         migrations.CreateModel(
-            name='SentEmail',
+            name="SentEmail",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('user_id', models.BigIntegerField()),
-                ('kind', models.CharField(max_length=50)),
-                ('sent_at', models.DateTimeField(auto_now_add=True)),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("user_id", models.BigIntegerField()),
+                ("kind", models.CharField(max_length=50)),
+                ("sent_at", models.DateTimeField(auto_now_add=True)),
             ],
             options={
-                'constraints': [models.UniqueConstraint(fields=('kind', 'user_id'), name='demo_one_email_per_kind')],
+                "constraints": [
+                    models.UniqueConstraint(fields=("kind", "user_id"), name="demo_one_email_per_kind")
+                ],
             },
         ),
     ]

@@ -52,13 +52,17 @@ class Command(BaseCommand):
         with transaction.atomic():
             enqueue_many("demo.send_welcome_email", [{"user_id": run * 100 + i} for i in range(40)])
             enqueue_many("demo.sync_crm_contact", [{"contact_id": f"{run}-{i}"} for i in range(6)])
-            enqueue_many("demo.charge_invoice", [{"invoice_id": f"{run}-{i}", "amount_cents": 1999} for i in range(4)])
+            enqueue_many(
+                "demo.charge_invoice", [{"invoice_id": f"{run}-{i}", "amount_cents": 1999} for i in range(4)]
+            )
             enqueue_many("demo.generate_report", [{"report_id": i + 1} for i in range(5)])
             enqueue("demo.generate_report", {"report_id": "last-week"})  # invalid: fails permanently
             enqueue("demo.generate_report", {})  # invalid too
             enqueue("demo.import_legacy_file", {"rows": [{"amount": 10, "quantity": 0}]})  # poison
         count = Job.objects.filter(id__gt=last).count()
-        self.stdout.write(f"Enqueued {count} demo jobs (ids > {last}) on queues emails, integrations, reports.")
+        self.stdout.write(
+            f"Enqueued {count} demo jobs (ids > {last}) on queues emails, integrations, reports."
+        )
         return last
 
     def run_workers_until_settled(self, since: int, timeout: float) -> None:
@@ -104,11 +108,16 @@ class Command(BaseCommand):
         self.stdout.write(header)
         self.stdout.write("-" * len(header))
         events = dict(
-            JobEvent.objects.filter(job_id__gt=since).values_list("job__type").annotate(n=Count("id")).order_by()
+            JobEvent.objects.filter(job_id__gt=since)
+            .values_list("job__type")
+            .annotate(n=Count("id"))
+            .order_by()
         )
         for t, counts in table.items():
             self.stdout.write(
-                t.ljust(width) + "".join(str(counts[s]).rjust(12) for s in shown) + str(events.get(t, 0)).rjust(9)
+                t.ljust(width)
+                + "".join(str(counts[s]).rjust(12) for s in shown)
+                + str(events.get(t, 0)).rjust(9)
             )
         totals = "total".ljust(width) + "".join(str(sum(table[t][s] for t in table)).rjust(12) for s in shown)
         self.stdout.write("-" * len(header))
@@ -118,8 +127,10 @@ class Command(BaseCommand):
             self.stdout.write("\nFailed jobs keep everything an operator needs:")
             for job in failed:
                 first_line = (job.last_error or "").splitlines()[0] if job.last_error else ""
-                self.stdout.write(f"  #{job.id} {job.type} attempts={job.attempts}/{job.max_attempts} "
-                                  f"code={job.last_error_code}: {first_line}")
+                self.stdout.write(
+                    f"  #{job.id} {job.type} attempts={job.attempts}/{job.max_attempts} "
+                    f"code={job.last_error_code}: {first_line}"
+                )
 
     def print_admin_hint(self) -> None:
         user_model = get_user_model()

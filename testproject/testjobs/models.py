@@ -1,0 +1,15 @@
+from __future__ import annotations
+
+from django.db import models
+
+
+class BusinessRow(models.Model):
+    """One business effect per key: tests count these to prove an effect happened once."""
+
+    key = models.CharField(max_length=200, unique=True)
+    job_id = models.BigIntegerField()
+    execution_id = models.UUIDField()
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    def __str__(self) -> str:
+        return self.key

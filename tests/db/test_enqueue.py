@@ -1,0 +1,179 @@
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from django.db import IntegrityError, transaction
+from django.test import override_settings
+from django.utils import timezone
+
+from django_jobs import (
+    EnqueueError,
+    InvalidOption,
+    InvalidPayload,
+    PayloadTooLarge,
+    UnknownJobType,
+    enqueue,
+    enqueue_many,
+)
+from django_jobs.models import Job
+from django_jobs.states import JobStatus
+from testproject.testjobs.jobs import noop
+from tests.factories import JobFactory
+
+pytestmark = pytest.mark.django_db
+
+
+def test_enqueue_creates_a_pending_job_with_the_types_policy(db_now: Callable[[], Any]) -> None:
+    before = db_now()
+    job = enqueue("test.noop", {"file_id": 7})
+    job.refresh_from_db()
+    assert (job.type, job.status, job.payload, job.queue) == (
+        "test.noop",
+        JobStatus.PENDING,
+        {"file_id": 7},
+        "default",
+    )
+    assert (job.attempts, job.max_attempts, job.priority, job.version) == (0, 5, 0, 1)
+    assert job.available_at >= before and job.created_at >= before  # database time
+
+
+def test_enqueue_accepts_the_handler_itself() -> None:
+    assert enqueue(noop, {}).type == "test.noop"
+
+
+def test_options_override_the_policy(db_now: Callable[[], Any]) -> None:
+    job = enqueue("test.noop", {}, queue="urgent", priority=50, max_attempts=2, delay=3600)
+    job.refresh_from_db()
+    assert (job.queue, job.priority, job.max_attempts) == ("urgent", 50, 2)
+    assert dt.timedelta(minutes=59) < job.available_at - db_now() <= dt.timedelta(hours=1)
+
+
+def test_run_at_sets_the_first_run() -> None:
+    when = timezone.now() + dt.timedelta(days=1)
+    job = enqueue("test.noop", {}, run_at=when)
+    job.refresh_from_db()
+    assert job.available_at == when
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_rolled_back_transaction_leaves_no_job() -> None:
+    def view() -> None:
+        with transaction.atomic():
+            enqueue("test.noop", {"n": 1})
+            enqueue_many("test.noop", [{"n": 2}, {"n": 3}])
+            raise RuntimeError("the view failed after enqueueing")
+
+    with pytest.raises(RuntimeError):
+        view()
+    assert not Job.objects.exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_committed_transaction_keeps_its_jobs() -> None:
+    with transaction.atomic():
+        enqueue("test.noop", {"n": 1})
+    assert Job.objects.count() == 1
+
+
+@pytest.mark.parametrize(
+    ("call", "error", "message"),
+    [
+        (lambda: enqueue("no.such.type", {}), UnknownJobType, "unknown job type 'no.such.type'"),
+        (lambda: enqueue(print, {}), UnknownJobType, "not a job type"),
+        (lambda: enqueue("test.noop", [1, 2]), InvalidPayload, "must be a dict"),
+        (lambda: enqueue("test.noop", {"when": dt.date(2024, 1, 1)}), InvalidPayload, "date"),
+        (lambda: enqueue("test.noop", {"ids": {1, 2}}), InvalidPayload, "set"),
+        (lambda: enqueue("test.noop", {"pair": (1, 2)}), InvalidPayload, "tuple"),
+        (lambda: enqueue("test.noop", {1: "int key"}), InvalidPayload, "non-string key"),
+        (lambda: enqueue("test.noop", {"x": float("nan")}), InvalidPayload, "nan"),
+        (lambda: enqueue("test.noop", {"x": "nul\x00byte"}), InvalidPayload, "NUL"),
+        (lambda: enqueue("test.noop", {"blob": "x" * 300_000}), PayloadTooLarge, "over the limit"),
+        (lambda: enqueue("test.noop", {}, priority=101), InvalidOption, "priority"),
+        (lambda: enqueue("test.noop", {}, priority="high"), InvalidOption, "priority"),
+        (lambda: enqueue("test.noop", {}, priority=True), InvalidOption, "priority"),
+        (lambda: enqueue("test.noop", {}, max_attempts=0), InvalidOption, "max_attempts"),
+        (lambda: enqueue("test.noop", {}, queue="has space"), InvalidOption, "queue"),
+        (lambda: enqueue("test.noop", {}, queue=""), InvalidOption, "queue"),
+        (lambda: enqueue("test.noop", {}, run_at="tomorrow"), InvalidOption, "datetime"),
+        (lambda: enqueue("test.noop", {}, run_at=dt.datetime(2030, 1, 1)), InvalidOption, "timezone-aware"),
+        (lambda: enqueue("test.noop", {}, delay=-1), InvalidOption, "delay"),
+        (lambda: enqueue("test.noop", {}, delay=float("inf")), InvalidOption, "delay"),
+        (lambda: enqueue("test.noop", {}, delay="soon"), InvalidOption, "delay"),
+        (lambda: enqueue("test.noop", {}, delay=1, run_at=timezone.now()), InvalidOption, "not both"),
+        (lambda: enqueue("test.noop", {}, unique_key=""), InvalidOption, "unique_key"),
+        (lambda: enqueue("test.noop", {}, unique_key="k" * 201), InvalidOption, "unique_key"),
+        (lambda: enqueue_many("test.noop", [{}, {}, {"bad": object()}]), InvalidPayload, "payload #2"),
+    ],
+)
+def test_bad_input_raises_a_clear_error_and_writes_nothing(
+    call: Callable[[], object], error: type[EnqueueError], message: str
+) -> None:
+    JobFactory()
+    with pytest.raises(error, match=message) as info:
+        call()
+    assert isinstance(info.value, EnqueueError) and isinstance(info.value, ValueError)
+    assert Job.objects.count() == 1
+
+
+def test_payload_size_limit_is_a_setting() -> None:
+    with override_settings(DJANGO_JOBS={"MAX_PAYLOAD_BYTES": 100}):
+        enqueue("test.noop", {"x": "a" * 80})
+        with pytest.raises(PayloadTooLarge):
+            enqueue("test.noop", {"x": "a" * 100})
+    # Multi-byte characters count as bytes, not characters.
+    with override_settings(DJANGO_JOBS={"MAX_PAYLOAD_BYTES": 100}), pytest.raises(PayloadTooLarge):
+        enqueue("test.noop", {"x": "ж" * 50})
+
+
+def test_payload_round_trips_exactly() -> None:
+    payload = {"s": "ünïcødé ✓", "n": 1, "f": 1.5, "b": True, "none": None, "l": [1, {"a": []}], "big": 2**60}
+    job = enqueue("test.noop", payload)
+    job.refresh_from_db()
+    assert job.payload == payload
+
+
+def test_unique_key_deduplicates_while_a_job_is_active() -> None:
+    first = enqueue("test.noop", {"n": 1}, unique_key="report:2024-01")
+    again = enqueue("test.noop", {"n": 2}, unique_key="report:2024-01")
+    assert again.id == first.id and again.payload == {"n": 1}
+    other_type = enqueue("test.flaky", {"succeed_on": 1}, unique_key="report:2024-01")
+    assert other_type.id != first.id
+    Job.objects.filter(id=first.id).update(status=JobStatus.COMPLETED)
+    after = enqueue("test.noop", {"n": 3}, unique_key="report:2024-01")
+    assert after.id != first.id  # the key is free once its holder finished
+    assert Job.objects.filter(type="test.noop").count() == 2
+
+
+def test_unique_key_is_enforced_by_the_database() -> None:
+    JobFactory(unique_key="k")
+    with pytest.raises(IntegrityError), transaction.atomic():
+        JobFactory(unique_key="k")
+
+
+def test_enqueue_many_returns_rows_in_order_and_deduplicates() -> None:
+    held = enqueue("test.noop", {"n": -1}, unique_key="k1")
+    jobs = enqueue_many(
+        "test.noop",
+        [{"n": 0}, {"n": 1, "key": "k1"}, {"n": 2, "key": "k2"}, {"n": 3, "key": "k2"}, {"n": 4}],
+        unique_key=lambda p: p.get("key"),
+    )
+    assert [j.payload.get("n") for j in jobs] == [0, -1, 2, 2, 4]
+    assert jobs[1].id == held.id and jobs[2].id == jobs[3].id
+    assert Job.objects.count() == 4
+
+
+@pytest.mark.django_db(transaction=True)
+def test_enqueue_many_in_large_batches_is_all_or_nothing() -> None:
+    jobs = enqueue_many("test.noop", ({"i": i} for i in range(2500)))
+    assert len(jobs) == 2500 and len({j.id for j in jobs}) == 2500
+    assert [j.payload["i"] for j in jobs] == list(range(2500))
+    with pytest.raises(InvalidPayload):
+        enqueue_many("test.noop", [*({"i": i} for i in range(2500)), {"bad": b"bytes"}])
+    assert Job.objects.count() == 2500
+
+
+def test_enqueue_many_of_nothing_is_nothing() -> None:
+    assert enqueue_many("test.noop", []) == []

@@ -1,0 +1,60 @@
+"""The claim and the reaper's search stay index scans on a table of 1,000,000 rows."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from django.db import connection
+
+from django_jobs.transitions import ClaimStatement
+
+pytestmark = [pytest.mark.django_db, pytest.mark.slow]
+
+FILL = """
+INSERT INTO django_jobs_job (queue, type, version, payload, status, priority, available_at,
+                             attempts, max_attempts, execution_id, heartbeat_at, finished_at)
+SELECT (ARRAY['default', 'mail', 'reports'])[1 + i % 3], 'test.noop', 1, '{}',
+       CASE WHEN i %% %(pending_every)s = 0 THEN 'pending'
+            WHEN i %% 1000 = 1 THEN 'running'
+            ELSE 'completed' END,
+       (i %% 3) - 1, now() - make_interval(secs => i %% 5000), 1, 5,
+       gen_random_uuid(), now(), NULL
+FROM generate_series(1, 1000000) AS i
+"""
+
+
+def plan(sql: str, params: object) -> str:
+    with connection.cursor() as cursor:
+        cursor.execute("EXPLAIN (FORMAT JSON) " + sql, params)
+        return json.dumps(cursor.fetchone()[0])
+
+
+@pytest.fixture(params=[100, 1], ids=["1M rows, 1% pending", "1M rows, all pending"])
+def million_rows(request: pytest.FixtureRequest) -> None:
+    # Inside the test's transaction: rolled back afterwards, never committed.
+    with connection.cursor() as cursor:
+        cursor.execute(FILL.replace("%(pending_every)s", str(request.param)).replace("%%", "%"))
+        cursor.execute("ANALYZE django_jobs_job")
+
+
+def test_claim_and_reaper_searches_are_index_scans(million_rows: None) -> None:
+    every_queue = ClaimStatement("w", None, {"test.noop": 1})
+    text = plan(every_queue.sql, every_queue.params(100))
+    assert "django_jobs_claim_any" in text
+    assert "Seq Scan" not in text and '"Sort"' not in text
+
+    # Named queues: one ordered scan of the queue index per queue, merged by a tiny sort.
+    named = ClaimStatement("w", ["mail", "reports"], {"test.noop": 1})
+    text = plan(named.sql, named.params(100))
+    assert "django_jobs_claim_queue" in text
+    assert "Seq Scan on django_jobs_job" not in text
+
+    text = plan(
+        "SELECT id FROM django_jobs_job"
+        " WHERE status = 'running' AND heartbeat_at < now() - interval '1 minute'"
+        " ORDER BY heartbeat_at LIMIT 100 FOR UPDATE SKIP LOCKED",
+        None,
+    )
+    assert "django_jobs_running" in text
+    assert "Seq Scan" not in text

@@ -1,0 +1,63 @@
+"""`manage.py runjobs` as a real subprocess over a mixed set of jobs."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from django_jobs import enqueue, enqueue_many
+from django_jobs.models import Job, JobEvent
+from django_jobs.states import EventKind, JobStatus
+from testproject.testjobs.models import BusinessRow
+
+pytestmark = pytest.mark.django_db(transaction=True)
+Runjobs = Callable[..., subprocess.CompletedProcess[str]]
+
+
+def test_burst_worker_settles_a_mixed_set_of_jobs(runjobs: Runjobs, tmp_path: Path) -> None:
+    records = enqueue_many("test.record", [{"key": f"order:{i}"} for i in range(50)])
+    flaky = enqueue("test.flaky", {"succeed_on": 2})
+    permanent = enqueue("test.permanent", {})
+    skipped = enqueue("test.skip", {})
+    poison = enqueue("test.poison", {})
+    delayed = enqueue("test.noop", {}, delay=3600)
+    stats_file = tmp_path / "stats.json"
+
+    # Burst exits once nothing is claimable; retries come due after their backoff (FAST: < 0.2 s),
+    # so a few bursts settle everything but the delayed job.
+    for _ in range(20):
+        result = runjobs("--burst", "--concurrency", "3", "--stats-file", str(stats_file))
+        assert result.returncode == 0, result.stderr
+        if not Job.objects.filter(status__in=["pending", "running"]).exclude(id=delayed.id).exists():
+            break
+        subprocess.run(["sleep", "0.2"], check=True)
+
+    status = dict(Job.objects.values_list("id", "status"))
+    assert {status[j.id] for j in records} == {JobStatus.COMPLETED}
+    assert BusinessRow.objects.count() == 50
+    assert status[flaky.id] == JobStatus.COMPLETED
+    assert status[permanent.id] == JobStatus.FAILED
+    assert status[skipped.id] == JobStatus.SKIPPED
+    assert status[poison.id] == JobStatus.FAILED
+    assert status[delayed.id] == JobStatus.PENDING
+    assert Job.objects.get(id=poison.id).attempts == 3
+    assert JobEvent.objects.filter(job_id=flaky.id, kind=EventKind.RETRY_SCHEDULED).count() == 1
+    assert "stopped:" in result.stdout
+    summary = json.loads(stats_file.read_text())
+    assert summary["lost_leases"] == 0 and summary["released"] == 0
+
+
+def test_runjobs_rejects_bad_arguments_clearly(runjobs: Runjobs) -> None:
+    for args, message in [
+        (("--concurrency", "0"), "must be >= 1"),
+        (("--concurrency", "many"), "is not an integer"),
+        (("--grace", "-1"), "must be >= 0"),
+        (("--queue", "bad queue"), "not a valid queue name"),
+    ]:
+        result = runjobs(*args)
+        assert result.returncode != 0
+        assert message in result.stderr

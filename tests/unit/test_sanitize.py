@@ -1,0 +1,66 @@
+from __future__ import annotations
+
+import pytest
+
+from django_jobs.sanitize import REDACTED, sanitize, truncate
+
+SECRETS = [
+    ("Authorization: Bearer eyJhbGciOi.eyJzdWIiOiIx.SflKxwRJSMeKKF2QT4", "SflKxwRJSMeKKF2QT4"),
+    ("authorization: Basic dXNlcjpwYXNzd29yZA==", "dXNlcjpwYXNzd29yZA=="),
+    ("Cookie: sessionid=s3ss10n; csrftoken=c5rf", "s3ss10n"),
+    ("Set-Cookie: sessionid=s3ss10n; HttpOnly", "s3ss10n"),
+    ("X-Api-Key: k3y-12345", "k3y-12345"),
+    ("headers={'Authorization': 'Token abcdef123456', 'Accept': '*/*'}", "abcdef123456"),
+    ('{"headers": {"Authorization": "Bearer zzzzzzzzzzzz"}}', "zzzzzzzzzzzz"),
+    ("could not connect to postgres://app:hunter2@db.internal:5432/app", "hunter2"),
+    ('{"password": "hunter2", "user": "bob"}', "hunter2"),
+    ("{'api_key': 'abcdef', 'page': 2}", "abcdef"),
+    ('{"client_secret": 123456789}', "123456789"),
+    ("GET https://api.example.com/v1/items?access_token=tok123&page=2", "tok123"),
+    ("login(user='bob', password='s3cr3t with spaces')", "s3cr3t with spaces"),
+    ("DB_PASSWORD=hunter2 DEBUG=1", "hunter2"),
+    ("secret: xyz987", "xyz987"),
+    ("aws key AKIAIOSFODNN7EXAMPLE leaked", "AKIAIOSFODNN7EXAMPLE"),
+    ("stripe sk_live_4eC39HqLyjWDarjtT1zdp7dc", "4eC39HqLyjWDarjtT1zdp7dc"),
+    ("gh token ghp_abcdefghijklmnopqrstuvwxyz0123456789", "ghp_abcdefghijklmnopqrstuvwxyz0123456789"),
+    (
+        "jwt eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0In0.dozjgNryP4J3jVmNHl0w5N_XgL0n3I9PlFUP0THsR8U",
+        "dozjgNryP4J3",
+    ),
+    ("-----BEGIN RSA PRIVATE KEY-----\nMIIEow\n-----END RSA PRIVATE KEY-----", "MIIEow"),
+]
+
+
+@pytest.mark.parametrize(("text", "secret"), SECRETS)
+def test_secrets_are_redacted(text: str, secret: str) -> None:
+    cleaned = sanitize(text)
+    assert secret not in cleaned
+    assert REDACTED in cleaned
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "provider answered 503 on /operations/crm-42",
+        "ZeroDivisionError: division by zero",
+        "user_id=42 status=failed attempts=3/5",
+        'File "/app/jobs.py", line 12, in handler',
+    ],
+)
+def test_ordinary_diagnostics_are_kept(text: str) -> None:
+    assert sanitize(text) == text
+
+
+def test_the_rest_of_a_message_survives_redaction() -> None:
+    cleaned = sanitize("POST /charge failed with 502; Authorization: Bearer abcdefghijk\nretry later")
+    assert cleaned.startswith("POST /charge failed with 502;")
+    assert cleaned.endswith("retry later")
+
+
+def test_truncate_keeps_the_head_and_the_tail() -> None:
+    text = "MESSAGE " + "x" * 10_000 + " INNERMOST FRAME"
+    short = truncate(text, 500)
+    assert len(short) <= 500
+    assert short.startswith("MESSAGE")
+    assert short.endswith("INNERMOST FRAME")
+    assert truncate("short", 500) == "short"
