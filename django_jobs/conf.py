@@ -17,7 +17,10 @@ Every key, its default and its meaning. Durations are seconds; floats are allowe
 ``HEARTBEAT_INTERVAL`` (10.0)
     How often a worker extends the lease of the jobs it holds.
 ``LEASE_TIMEOUT`` (60.0)
-    A running job whose heartbeat is older than this is stale: its worker is presumed lost.
+    How long an execution owns its job without a sign of life (job types may set their own).
+    Once its lease expires, the reaper takes the job back: its worker is presumed lost.
+``PROGRESS_INTERVAL`` (1.0)
+    ``ctx.progress()`` writes at most this often (and always when the work is done).
 ``REAPER_INTERVAL`` (30.0)
     How often the reaper looks for stale running jobs and prunes old finished ones.
 ``MAX_PAYLOAD_BYTES`` (262144)
@@ -48,6 +51,7 @@ DEFAULTS: dict[str, Any] = {
     "OUTCOME_FLUSH_INTERVAL": 0.01,
     "HEARTBEAT_INTERVAL": 10.0,
     "LEASE_TIMEOUT": 60.0,
+    "PROGRESS_INTERVAL": 1.0,
     "REAPER_INTERVAL": 30.0,
     "MAX_PAYLOAD_BYTES": 256 * 1024,
     "DEFAULT_QUEUE": "default",
@@ -94,6 +98,10 @@ class Settings:
     @property
     def LEASE_TIMEOUT(self) -> float:
         return float(self._get("LEASE_TIMEOUT"))
+
+    @property
+    def PROGRESS_INTERVAL(self) -> float:
+        return float(self._get("PROGRESS_INTERVAL"))
 
     @property
     def REAPER_INTERVAL(self) -> float:

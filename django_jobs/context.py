@@ -1,22 +1,85 @@
-"""``JobContext``: what a handler knows about the execution it runs in, and what it may do."""
+"""``JobContext``: what a handler knows about the execution it runs in, and what it may do.
+
+Its ``Lease`` is shared with the worker's heartbeat thread: the heartbeat learns whether the
+execution still owns its job and whether cancellation was requested, and the context reports
+both to the handler without a query.
+"""
 
 from __future__ import annotations
 
 import datetime as dt
 import json
+import threading
 import time
 import uuid
+from dataclasses import dataclass, field
 from typing import Any
 
 from django_jobs import transitions
+from django_jobs.conf import jobs_settings
+from django_jobs.errors import DeadlineExceeded, JobCancelled
 
 
 class LeaseLost(Exception):
     """This execution no longer owns its job (it was recovered and handed to another worker).
 
-    Raised by the context's writes; the handler should let it propagate. Its outcome will not
-    be written: the job's state belongs to the new owner.
+    Raised by the context; the handler should let it propagate. Nothing this execution reports
+    is written: the job's state belongs to the new owner.
     """
+
+
+@dataclass(eq=False)
+class Lease:
+    """One execution's hold on its job, from the claim until its outcome is written."""
+
+    job_id: int
+    execution_id: uuid.UUID
+    #: Seconds each heartbeat extends the lease by.
+    duration: float
+    #: Whether the worker's heartbeat extends this lease (the type's ``heartbeat`` policy).
+    beats: bool = True
+    timeout: float | None = None
+    #: Monotonic time of the last write that proved the execution alive (the claim counts).
+    last_beat: float = field(default_factory=time.monotonic)
+    started: float | None = None  # monotonic start of the handler; None while buffered
+    #: The handler returned; the lease lives on until its outcome is written (no deadline then).
+    done: bool = False
+    lost: bool = False
+    cancel_requested: bool = False
+    lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def start(self) -> None:
+        self.started = time.monotonic()
+
+    @property
+    def deadline(self) -> float | None:
+        """Monotonic deadline of the handler, or None without a timeout or before the start."""
+        if self.timeout is None or self.started is None:
+            return None
+        return self.started + self.timeout
+
+    def past_deadline(self, now: float | None = None) -> bool:
+        if self.done:
+            return False
+        deadline = self.deadline
+        return deadline is not None and (now if now is not None else time.monotonic()) >= deadline
+
+    def beat_due(self, now: float) -> bool:
+        """Whether the heartbeat should extend this lease now (throttled to the interval)."""
+        return (
+            self.beats
+            and not self.lost
+            and not self.past_deadline(now)  # a heartbeat never hides endless work
+            and now - self.last_beat >= min(jobs_settings.HEARTBEAT_INTERVAL, self.duration / 2)
+        )
+
+    def record_beat(self, owned: bool, cancel_requested: bool, at: float) -> None:
+        with self.lock:
+            if owned:
+                self.last_beat = at
+                self.cancel_requested = self.cancel_requested or cancel_requested
+            else:
+                self.lost = True
 
 
 class JobContext:
@@ -26,19 +89,6 @@ class JobContext:
     wall-clock time after which the execution is treated as timed out, or ``None``; give the
     handler's blocking calls timeouts derived from :meth:`time_left`.
     """
-
-    __slots__ = (
-        "_deadline_monotonic",
-        "attempt",
-        "checkpoint",
-        "deadline",
-        "execution_id",
-        "job_id",
-        "max_attempts",
-        "queue",
-        "type",
-        "unique_key",
-    )
 
     def __init__(
         self,
@@ -51,7 +101,7 @@ class JobContext:
         execution_id: uuid.UUID,
         unique_key: str | None = None,
         checkpoint: Any = None,
-        timeout: float | None = None,
+        lease: Lease,
     ) -> None:
         self.job_id = job_id
         self.type = type
@@ -62,12 +112,14 @@ class JobContext:
         self.unique_key = unique_key
         #: The last checkpoint saved by an earlier execution of this job, or None.
         self.checkpoint = checkpoint
-        if timeout is None:
-            self.deadline: dt.datetime | None = None
-            self._deadline_monotonic: float | None = None
-        else:
-            self.deadline = dt.datetime.now(dt.UTC) + dt.timedelta(seconds=timeout)
-            self._deadline_monotonic = time.monotonic() + timeout
+        self._lease = lease
+        deadline = self._lease.deadline
+        self.deadline: dt.datetime | None = (
+            None
+            if deadline is None
+            else dt.datetime.now(dt.UTC) + dt.timedelta(seconds=deadline - time.monotonic())
+        )
+        self._last_progress = 0.0
 
     @property
     def is_last_attempt(self) -> bool:
@@ -75,9 +127,8 @@ class JobContext:
 
     def time_left(self) -> float | None:
         """Seconds until the deadline (never negative), or None without a deadline."""
-        if self._deadline_monotonic is None:
-            return None
-        return max(0.0, self._deadline_monotonic - time.monotonic())
+        deadline = self._lease.deadline
+        return None if deadline is None else max(0.0, deadline - time.monotonic())
 
     def idempotency_key(self, *parts: object) -> str:
         """A key that is the same for every attempt of this job, e.g. for an Idempotency-Key header.
@@ -88,10 +139,54 @@ class JobContext:
         anchor = self.unique_key if self.unique_key is not None else f"job-{self.job_id}"
         return ":".join([self.type, anchor, *(str(p) for p in parts)])
 
-    def progress(self, done: int | float, total: int | float | None = None) -> None:
-        """Record progress, visible to operators. Raises ``LeaseLost`` if the job is no longer ours."""
-        value = {"done": done, "total": total}
-        if not transitions.set_progress(self.job_id, self.execution_id, json.dumps(value)):
+    # ---- liveness, cancellation, deadline -----------------------------------------------------
+
+    def cancel_requested(self) -> bool:
+        """Whether an operator asked to cancel this job (learnt from the heartbeat)."""
+        return self._lease.cancel_requested
+
+    def raise_if_cancelled(self) -> None:
+        """Raise ``LeaseLost``, ``JobCancelled`` or ``DeadlineExceeded`` when the job should stop.
+
+        Call it between units of work; it costs no query.
+        """
+        if self._lease.lost:
+            raise LeaseLost(f"job {self.job_id} is no longer owned by execution {self.execution_id}")
+        if self._lease.cancel_requested:
+            raise JobCancelled(f"cancellation of job {self.job_id} was requested")
+        if self._lease.past_deadline():
+            raise DeadlineExceeded(f"job {self.job_id} ran past its timeout of {self._lease.timeout}s")
+
+    def heartbeat(self) -> None:
+        """Prove the execution alive and extend its lease now, if a beat is due.
+
+        The worker beats for every running job already; call this from a long loop whose
+        worker may be starved. Writes at most once per ``HEARTBEAT_INTERVAL``. Raises like
+        :meth:`raise_if_cancelled`.
+        """
+        now = time.monotonic()
+        if self._lease.beat_due(now):
+            owned = transitions.heartbeat([(self.job_id, self.execution_id, self._lease.duration)])
+            self._lease.record_beat(self.job_id in owned, owned.get(self.job_id, False), now)
+        self.raise_if_cancelled()
+
+    # ---- progress and checkpoints -------------------------------------------------------------
+
+    def progress(self, done: float, total: float | None = None) -> None:
+        """Record progress, visible to operators; written at most once per ``PROGRESS_INTERVAL``
+        (and always when ``done`` reaches ``total``). Raises ``LeaseLost`` if the job is no
+        longer ours."""
+        if self._lease.lost:
+            raise LeaseLost(f"job {self.job_id} is no longer owned by execution {self.execution_id}")
+        now = time.monotonic()
+        finished = total is not None and done >= total
+        if not finished and now - self._last_progress < jobs_settings.PROGRESS_INTERVAL:
+            return
+        self._last_progress = now
+        if not transitions.set_progress(
+            self.job_id, self.execution_id, json.dumps({"done": done, "total": total})
+        ):
+            self._lease.lost = True
             raise LeaseLost(f"job {self.job_id} is no longer owned by execution {self.execution_id}")
 
     def save_checkpoint(self, data: Any) -> None:
@@ -101,6 +196,9 @@ class JobContext:
         a retry would skip work that never happened. Raises ``LeaseLost`` if the job is no
         longer ours.
         """
-        if not transitions.set_checkpoint(self.job_id, self.execution_id, json.dumps(data)):
+        if self._lease.lost or not transitions.set_checkpoint(
+            self.job_id, self.execution_id, json.dumps(data)
+        ):
+            self._lease.lost = True
             raise LeaseLost(f"job {self.job_id} is no longer owned by execution {self.execution_id}")
         self.checkpoint = data

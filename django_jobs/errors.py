@@ -26,6 +26,7 @@ class ErrorCode:
     PROVIDER_4XX = "PROVIDER_4XX"
     TIMEOUT = "TIMEOUT"
     LEASE_LOST = "LEASE_LOST"
+    CANCELLED = "CANCELLED"
     SKIPPED = "SKIPPED"
     UNKNOWN = "UNKNOWN"
 
@@ -66,10 +67,25 @@ class SkipJob(JobError):
     default_code = ErrorCode.SKIPPED
 
 
+class JobCancelled(JobError):
+    """Raised by ``ctx.raise_if_cancelled()`` once cancellation was requested: the job ends
+    ``cancelled``."""
+
+    default_code = "CANCELLED"
+
+
+class DeadlineExceeded(RetryableError):
+    """Raised by the context once the execution ran past its type's ``timeout``: retried like
+    any temporary failure, bounded by ``max_attempts``."""
+
+    default_code = "TIMEOUT"
+
+
 class OutcomeKind(enum.Enum):
     RETRY = "retry"
     FAIL = "fail"
     SKIP = "skip"
+    CANCEL = "cancel"
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,6 +100,8 @@ def classify(exc: BaseException) -> Classification:
     """Map a handler's exception to the outcome it asks for and its error code."""
     if isinstance(exc, SkipJob):
         return Classification(OutcomeKind.SKIP, exc.code)
+    if isinstance(exc, JobCancelled):
+        return Classification(OutcomeKind.CANCEL, exc.code)
     if isinstance(exc, PermanentError):
         return Classification(OutcomeKind.FAIL, exc.code)
     if isinstance(exc, RateLimitedError):

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from django.db import connections
 
 from django_jobs.conf import jobs_settings
-from django_jobs.context import JobContext, LeaseLost
+from django_jobs.context import JobContext, Lease, LeaseLost
 from django_jobs.errors import ErrorCode, OutcomeKind, PermanentError, classify
 from django_jobs.registry import JobType, registry
 from django_jobs.sanitize import sanitize, truncate
@@ -31,10 +31,15 @@ class Execution:
     duration: float  # seconds spent in the handler
 
 
-def execute(claim: Claim) -> Execution:
-    """Run the handler of ``claim`` and turn what happened into an :class:`Outcome`."""
+def execute(claim: Claim, lease: Lease) -> Execution:
+    """Run the handler of ``claim`` and turn what happened into an :class:`Outcome`.
+
+    ``lease`` is shared with the worker's heartbeat: through it the handler learns of a lost
+    lease, a cancellation request or its deadline.
+    """
     started = time.perf_counter()
     job_type = registry.get(claim.type)
+    lease.start()
     try:
         if job_type is None:  # the claim filters on known types; a test may unregister one
             raise PermanentError(f"no handler for job type {claim.type!r}", code=ErrorCode.PAYLOAD_INVALID)
@@ -48,7 +53,7 @@ def execute(claim: Claim) -> Execution:
             execution_id=claim.execution_id,
             unique_key=claim.unique_key,
             checkpoint=_decode_json(claim.checkpoint),
-            timeout=job_type.timeout,
+            lease=lease,
         )
         job_type.handler(ctx, payload)
     except LeaseLost:
@@ -57,6 +62,7 @@ def execute(claim: Claim) -> Execution:
     except Exception as exc:  # every handler error becomes an outcome
         return Execution(failure_outcome(claim, job_type, exc), time.perf_counter() - started)
     finally:
+        lease.done = True
         _drop_broken_connections()
     return Execution(
         Outcome(claim.id, claim.execution_id, JobStatus.COMPLETED), time.perf_counter() - started
@@ -106,6 +112,9 @@ def failure_outcome(claim: Claim, job_type: JobType | None, exc: Exception) -> O
     if decision.kind is OutcomeKind.SKIP:
         logger.info("job skipped id=%s type=%s code=%s", claim.id, claim.type, decision.code)
         status, event, delay, details = JobStatus.SKIPPED, EventKind.SKIPPED, 0.0, None
+    elif decision.kind is OutcomeKind.CANCEL:
+        logger.info("job cancelled id=%s type=%s", claim.id, claim.type)
+        status, event, delay, details = JobStatus.CANCELLED, EventKind.CANCELLED, 0.0, None
     elif retry and job_type is not None:
         delay = job_type.retry_policy.delay(claim.attempt, retry_after=decision.retry_after)
         logger.info(

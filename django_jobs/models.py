@@ -55,7 +55,11 @@ class Job(models.Model):
     worker_id = models.CharField(max_length=200, null=True, blank=True)
     execution_id = models.UUIDField(null=True, blank=True)
     started_at = models.DateTimeField(null=True, blank=True, help_text="When the last claim was made.")
-    heartbeat_at = models.DateTimeField(null=True, blank=True)
+    heartbeat_at = models.DateTimeField(
+        null=True, blank=True, help_text="Last sign of life of the execution."
+    )
+    #: The reaper may take the job from its execution after this; each heartbeat pushes it back.
+    lease_expires_at = models.DateTimeField(null=True, blank=True)
     cancel_requested_at = models.DateTimeField(null=True, blank=True)
 
     last_error_code = models.CharField(max_length=100, null=True, blank=True)
@@ -93,9 +97,9 @@ class Job(models.Model):
                 name="django_jobs_claim_any",
                 condition=Q(status=JobStatus.PENDING),
             ),
-            # The reaper's search for stale leases, and the list of what is running.
+            # The reaper's search for expired leases, and the list of what is running.
             models.Index(
-                fields=["heartbeat_at"],
+                fields=["lease_expires_at"],
                 name="django_jobs_running",
                 condition=Q(status=JobStatus.RUNNING),
             ),
@@ -122,7 +126,7 @@ class Job(models.Model):
             # A running job always has an owner: the reaper and every guarded write rely on it.
             models.CheckConstraint(
                 condition=~Q(status=JobStatus.RUNNING)
-                | Q(execution_id__isnull=False, heartbeat_at__isnull=False),
+                | Q(execution_id__isnull=False, heartbeat_at__isnull=False, lease_expires_at__isnull=False),
                 name="django_jobs_running_has_owner",
             ),
         )

@@ -22,7 +22,8 @@ H = TypeVar("H", bound=Handler)
 
 NAME_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.:-]{0,199}$")
 QUEUE_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.:-]{0,99}$")
-PRIORITY_RANGE = range(-100, 101)  # the range of Django's Tasks framework; higher runs first
+PRIORITY_RANGE = range(-100, 101)
+ON_LOST_CHOICES = ("retry", "needs_review")  # the range of Django's Tasks framework; higher runs first
 
 
 @dataclass(frozen=True)
@@ -40,6 +41,14 @@ class JobType:
     #: Current payload version; older payloads are upcast before the handler sees them.
     version: int = 1
     upcasters: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = field(default_factory=dict)
+    #: How long an execution owns the job without a sign of life; None: LEASE_TIMEOUT.
+    lease_timeout: float | None = None
+    #: Whether the worker extends the lease while the job runs. A short job may run on its
+    #: lease alone (False): then the lease must cover its whole run.
+    heartbeat: bool = True
+    #: What the reaper does with a job whose execution was lost: "retry" it (the default, for
+    #: idempotent jobs) or park it in "needs_review" when a blind retry is unsafe.
+    on_lost: str = "retry"
 
     @property
     def default_queue(self) -> str:
@@ -50,14 +59,19 @@ class JobType:
         return self.max_attempts or jobs_settings.DEFAULT_MAX_ATTEMPTS
 
     @property
+    def lease(self) -> float:
+        return self.lease_timeout or jobs_settings.LEASE_TIMEOUT
+
+    @property
     def retry_policy(self) -> Backoff:
-        if self.backoff is not None:
-            return self.backoff
-        return Backoff(
-            base=jobs_settings.BACKOFF_BASE,
-            cap=jobs_settings.BACKOFF_CAP,
-            jitter=jobs_settings.BACKOFF_JITTER,
-        )
+        return self.backoff if self.backoff is not None else default_backoff()
+
+
+def default_backoff() -> Backoff:
+    """The retry policy of job types that declare none: the BACKOFF_* settings."""
+    return Backoff(
+        base=jobs_settings.BACKOFF_BASE, cap=jobs_settings.BACKOFF_CAP, jitter=jobs_settings.BACKOFF_JITTER
+    )
 
 
 class AlreadyRegistered(ValueError):
@@ -109,6 +123,9 @@ def job(
     timeout: float | None = None,
     version: int = 1,
     upcasters: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] | None = None,
+    lease_timeout: float | None = None,
+    heartbeat: bool = True,
+    on_lost: str = "retry",
 ) -> Callable[[H], H]:
     """Register the decorated ``handler(ctx, payload)`` as job type ``name``.
 
@@ -127,6 +144,10 @@ def job(
         raise ValueError("timeout must be > 0 seconds")
     if isinstance(version, bool) or version < 1:
         raise ValueError("version must be an integer >= 1")
+    if lease_timeout is not None and not lease_timeout > 0:
+        raise ValueError("lease_timeout must be > 0 seconds")
+    if on_lost not in ON_LOST_CHOICES:
+        raise ValueError(f"on_lost must be one of {', '.join(ON_LOST_CHOICES)}")
 
     def decorator(handler: H) -> H:
         registry.register(
@@ -140,6 +161,9 @@ def job(
                 timeout=timeout,
                 version=version,
                 upcasters=dict(upcasters or {}),
+                lease_timeout=lease_timeout,
+                heartbeat=heartbeat,
+                on_lost=on_lost,
             )
         )
         handler.job_name = name  # type: ignore[attr-defined]  # lets enqueue(handler, ...) work

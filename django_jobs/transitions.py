@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import datetime as dt
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from django.db import connections
+from django.db import connections, transaction
 
 from django_jobs.conf import jobs_settings
 from django_jobs.states import EventKind, JobStatus
@@ -66,7 +66,7 @@ _CLAIM_COLUMNS = (
 _CLAIM_SET = (
     "UPDATE django_jobs_job j SET status = 'running', attempts = j.attempts + 1,"
     " worker_id = %(worker)s, execution_id = gen_random_uuid(), started_at = now(),"
-    " heartbeat_at = now()"
+    " heartbeat_at = now(), lease_expires_at = now() + make_interval(secs => CASE j.type {leases} END)"
 )
 _CLAIM_FILTER = (
     "status = 'pending' AND available_at <= now() AND type = ANY(%(types)s)"
@@ -92,19 +92,34 @@ _CLAIM_NAMED_QUEUES = (
 
 
 class ClaimStatement:
-    """The claim of one worker: built once for its queues and the types/versions it knows."""
+    """The claim of one worker: built once for its queues and the job types it knows.
 
-    def __init__(self, worker_id: str, queues: Sequence[str] | None, versions: dict[str, int]) -> None:
+    ``versions`` maps each type to the newest payload version the worker can decode;
+    ``leases`` maps it to the lease its executions get (default ``LEASE_TIMEOUT``).
+    """
+
+    def __init__(
+        self,
+        worker_id: str,
+        queues: Sequence[str] | None,
+        versions: dict[str, int],
+        leases: dict[str, float] | None = None,
+    ) -> None:
         if not versions:
             raise ValueError("a worker that knows no job type can claim nothing")
         names = sorted(versions)
-        cases = " ".join(f"WHEN %(type{i})s THEN %(version{i})s" for i in range(len(names)))
+        leases = leases or {}
         template = _CLAIM_NAMED_QUEUES if queues else _CLAIM_ANY_QUEUE
-        self.sql = template.replace("{versions}", cases)
+        self.sql = template.replace(
+            "{versions}", " ".join(f"WHEN %(type{i})s THEN %(version{i})s" for i in range(len(names)))
+        ).replace(
+            "{leases}", " ".join(f"WHEN %(type{i})s THEN %(lease{i})s::float8" for i in range(len(names)))
+        )
         self._params: dict[str, Any] = {"worker": worker_id, "types": names, "queues": list(queues or [])}
         for i, name in enumerate(names):
             self._params[f"type{i}"] = name
             self._params[f"version{i}"] = versions[name]
+            self._params[f"lease{i}"] = float(leases.get(name, jobs_settings.LEASE_TIMEOUT))
 
     def params(self, limit: int) -> dict[str, Any]:
         return {**self._params, "limit": limit}
@@ -135,7 +150,8 @@ WITH outcome AS (
         failed_at = CASE WHEN o.status = 'failed' THEN now() ELSE j.failed_at END,
         finished_at = CASE WHEN o.status = 'pending' THEN NULL ELSE now() END,
         last_error_code = CASE WHEN o.status = 'completed' THEN j.last_error_code ELSE o.error_code END,
-        last_error = CASE WHEN o.status = 'completed' THEN j.last_error ELSE o.error END
+        last_error = CASE WHEN o.status = 'completed' THEN j.last_error ELSE o.error END,
+        lease_expires_at = NULL
     FROM outcome o
     WHERE j.id = o.id AND j.execution_id = o.execution_id AND j.status = 'running'
     RETURNING j.id, j.execution_id, j.worker_id, j.attempts, o.status, o.error_code, o.error,
@@ -183,7 +199,7 @@ WITH outcome AS (
         status = 'pending',
         attempts = CASE WHEN o.started THEN j.attempts ELSE j.attempts - 1 END,
         available_at = now(),
-        heartbeat_at = NULL
+        lease_expires_at = NULL
     FROM outcome o
     WHERE j.id = o.id AND j.execution_id = o.execution_id AND j.status = 'running'
     RETURNING j.id, j.execution_id, j.worker_id, j.attempts
@@ -235,12 +251,208 @@ def set_checkpoint(job_id: int, execution_id: uuid.UUID, checkpoint_json: str) -
         return bool(cursor.rowcount == 1)
 
 
+_HEARTBEAT = """
+WITH beat AS (
+    SELECT * FROM unnest(%s::bigint[], %s::uuid[], %s::float8[]) AS b(id, execution_id, lease)
+)
+UPDATE django_jobs_job j SET heartbeat_at = now(), lease_expires_at = now() + make_interval(secs => b.lease)
+FROM beat b
+WHERE j.id = b.id AND j.execution_id = b.execution_id AND j.status = 'running'
+RETURNING j.id, j.cancel_requested_at IS NOT NULL
+"""
+
+
+def heartbeat(leases: Iterable[tuple[int, uuid.UUID, float]]) -> dict[int, bool]:
+    """Extend the leases ``(job_id, execution_id, seconds)`` still owned, in one statement.
+
+    Returns ``{job_id: cancel_requested}`` for the executions that still own their job; a job
+    missing from it was taken over, and its execution must stop.
+    """
+    rows = list(leases)
+    if not rows:
+        return {}
+    ids, execution_ids, seconds = (list(column) for column in zip(*rows, strict=True))
+    with connections[jobs_settings.DATABASE].cursor() as cursor:
+        cursor.execute(_HEARTBEAT, [ids, execution_ids, seconds])
+        return {row[0]: row[1] for row in cursor.fetchall()}
+
+
+# ---- cancellation -----------------------------------------------------------------------------
+
+_CANCEL_PENDING = """
+WITH moved AS (
+    UPDATE django_jobs_job SET status = 'cancelled', cancel_requested_at = now(), finished_at = now()
+    WHERE id = %(id)s AND status = 'pending'
+    RETURNING id, attempts
+), events AS (
+    INSERT INTO django_jobs_jobevent (job_id, kind, from_status, to_status, attempt, actor, reason)
+    SELECT id, 'cancelled', 'pending', 'cancelled', attempts, %(actor)s, %(reason)s FROM moved
+)
+SELECT id FROM moved
+"""
+# A running job cannot be stopped from outside: its execution learns of the request from its
+# heartbeat and ends the job cancelled itself.
+_CANCEL_RUNNING = """
+WITH marked AS (
+    UPDATE django_jobs_job SET cancel_requested_at = now()
+    WHERE id = %(id)s AND status = 'running' AND cancel_requested_at IS NULL
+    RETURNING id, execution_id, worker_id, attempts
+), events AS (
+    INSERT INTO django_jobs_jobevent
+        (job_id, kind, from_status, to_status, execution_id, worker_id, attempt, actor, reason)
+    SELECT id, 'cancel_requested', 'running', 'running', execution_id, worker_id, attempts,
+           %(actor)s, %(reason)s
+    FROM marked
+)
+SELECT id FROM marked
+"""
+
+
+class CancelResult:
+    CANCELLED = "cancelled"  # it was pending: cancelled at once
+    REQUESTED = "requested"  # it is running: its execution will stop cooperatively
+    NOT_CANCELLABLE = "not_cancellable"  # finished, or cancellation already requested
+
+
+def cancel(job_id: int, *, actor: str | None = None, reason: str | None = None) -> str:
+    """Cancel a job: a pending one at once, a running one cooperatively. Returns a ``CancelResult``."""
+    params = {"id": job_id, "actor": actor, "reason": reason}
+    with connections[jobs_settings.DATABASE].cursor() as cursor:
+        cursor.execute(_CANCEL_PENDING, params)
+        if cursor.fetchall():
+            return CancelResult.CANCELLED
+        cursor.execute(_CANCEL_RUNNING, params)
+        if cursor.fetchall():
+            return CancelResult.REQUESTED
+    return CancelResult.NOT_CANCELLABLE
+
+
+# ---- recovery of expired leases (the reaper) --------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Expired:
+    """A running job whose lease expired: its execution is presumed lost."""
+
+    id: int
+    type: str
+    execution_id: uuid.UUID
+    worker_id: str | None
+    attempt: int
+    max_attempts: int
+
+
+@dataclass(frozen=True, slots=True)
+class Recovery:
+    """What the reaper decided for one expired execution."""
+
+    expired: Expired
+    status: str  # pending, failed or needs_review
+    delay: float = 0.0
+    reason: str = ""
+
+
+_SELECT_EXPIRED = """
+SELECT id, type, execution_id, worker_id, attempts, max_attempts FROM django_jobs_job
+WHERE status = 'running' AND lease_expires_at < now()
+ORDER BY lease_expires_at LIMIT %s
+FOR UPDATE SKIP LOCKED
+"""
+_RECOVER = """
+WITH decision AS (
+    SELECT * FROM unnest(%s::bigint[], %s::uuid[], %s::text[], %s::text[], %s::float8[], %s::text[])
+        AS d(id, execution_id, worker_id, status, delay, reason)
+), moved AS (
+    UPDATE django_jobs_job j SET
+        status = d.status,
+        available_at = CASE WHEN d.status = 'pending'
+                            THEN now() + make_interval(secs => d.delay) ELSE j.available_at END,
+        failed_at = CASE WHEN d.status = 'failed' THEN now() ELSE j.failed_at END,
+        finished_at = CASE WHEN d.status = 'failed' THEN now() END,
+        last_error_code = 'LEASE_LOST',
+        last_error = d.reason,
+        worker_id = NULL, execution_id = NULL, heartbeat_at = NULL, lease_expires_at = NULL
+    FROM decision d
+    WHERE j.id = d.id AND j.execution_id = d.execution_id AND j.status = 'running'
+      AND j.lease_expires_at < now()
+    RETURNING j.id, j.attempts, d.status, d.execution_id, d.worker_id, d.reason, d.delay
+), events AS (
+    INSERT INTO django_jobs_jobevent
+        (job_id, kind, from_status, to_status, execution_id, worker_id, attempt, error_code,
+         error, actor, details)
+    SELECT id, 'recovered', 'running', status, execution_id, worker_id, attempts, 'LEASE_LOST',
+           reason, 'reaper',
+           CASE WHEN status = 'pending' THEN jsonb_build_object('retry_in', round(delay::numeric, 3)) END
+    FROM moved
+)
+SELECT id, status FROM moved
+"""
+
+
+def recover_expired(decide: Callable[[Expired], Recovery], limit: int) -> list[Recovery]:
+    """Take back up to ``limit`` running jobs whose lease expired, as ``decide`` says.
+
+    Locks the expired rows with SKIP LOCKED, so reapers in many processes split the work, and
+    moves each one only if it is still the same expired execution. Returns what was done.
+    """
+    alias = jobs_settings.DATABASE
+    with transaction.atomic(using=alias), connections[alias].cursor() as cursor:
+        cursor.execute(_SELECT_EXPIRED, [limit])
+        decisions = [decide(Expired(*row)) for row in cursor.fetchall()]
+        if not decisions:
+            return []
+        cursor.execute(
+            _RECOVER,
+            [
+                [r.expired.id for r in decisions],
+                [r.expired.execution_id for r in decisions],
+                [r.expired.worker_id for r in decisions],
+                [r.status for r in decisions],
+                [r.delay for r in decisions],
+                [r.reason for r in decisions],
+            ],
+        )
+        moved = {row[0] for row in cursor.fetchall()}
+    return [r for r in decisions if r.expired.id in moved]
+
+
+# ---- retention --------------------------------------------------------------------------------
+
+# Events go with their job (the foreign key has no ON DELETE CASCADE in the database: Django
+# emulates it, and this statement does not go through the ORM). Batches keep locks and WAL small.
+_PRUNE = """
+WITH doomed AS (
+    SELECT id FROM django_jobs_job
+    WHERE status = %s AND finished_at < now() - make_interval(secs => %s)
+    ORDER BY finished_at LIMIT %s
+    FOR UPDATE SKIP LOCKED
+), events AS (
+    DELETE FROM django_jobs_jobevent WHERE job_id IN (SELECT id FROM doomed)
+)
+DELETE FROM django_jobs_job WHERE id IN (SELECT id FROM doomed)
+"""
+
+
+def prune(status: str, older_than: float, limit: int) -> int:
+    """Delete up to ``limit`` jobs in ``status`` finished more than ``older_than`` seconds ago."""
+    with connections[jobs_settings.DATABASE].cursor() as cursor:
+        cursor.execute(_PRUNE, [status, older_than, limit])
+        return int(cursor.rowcount)
+
+
 __all__ = [
+    "CancelResult",
     "Claim",
     "ClaimStatement",
+    "Expired",
     "JobStatus",
     "Outcome",
+    "Recovery",
+    "cancel",
     "claim",
+    "heartbeat",
+    "prune",
+    "recover_expired",
     "release",
     "set_checkpoint",
     "set_progress",

@@ -31,7 +31,10 @@ from django.db import DatabaseError, connections
 
 from django_jobs import transitions
 from django_jobs.conf import jobs_settings
+from django_jobs.context import Lease
 from django_jobs.executor import execute
+from django_jobs.heartbeat import Heartbeat
+from django_jobs.reaper import ReaperLoop
 from django_jobs.registry import registry
 from django_jobs.transitions import Claim, ClaimStatement, Outcome
 
@@ -98,6 +101,7 @@ class Worker:
         batch_size: int | None = None,
         worker_id: str | None = None,
         handle_signals: bool = False,
+        reap: bool = False,
     ) -> None:
         if concurrency < 1:
             raise ValueError("concurrency must be >= 1")
@@ -108,13 +112,21 @@ class Worker:
         self.grace = grace
         self.batch_size = max(1, batch_size or jobs_settings.BATCH_SIZE)
         self.handle_signals = handle_signals
+        self.reap = reap
         self.stats = WorkerStats()
-        self.versions = {job_type.name: job_type.version for job_type in registry.all()}
-        self._statement = ClaimStatement(self.worker_id, self.queues, self.versions)
+        self.job_types = {job_type.name: job_type for job_type in registry.all()}
+        self._statement = ClaimStatement(
+            self.worker_id,
+            self.queues,
+            versions={name: t.version for name, t in self.job_types.items()},
+            leases={name: t.lease for name, t in self.job_types.items()},
+        )
 
         self._lock = threading.Condition()
         self._buffer: collections.deque[Claim] = collections.deque()
         self._running: dict[int, Claim] = {}  # job id → claim, while a thread executes it
+        # job id → lease, from the claim until the outcome is written (the heartbeat's list)
+        self._leases: dict[int, Lease] = {}
         self._outcomes: list[Outcome] = []
         self._oldest_outcome_at: float | None = None
         self._wake = threading.Event()
@@ -122,6 +134,8 @@ class Worker:
         self._abort = threading.Event()  # second signal or grace over: release and exit
         self._avg_duration: float | None = None  # EWMA of handler run time, seconds
         self._threads: list[threading.Thread] = []
+        self._heartbeat = Heartbeat(self._held_leases)
+        self._reaper = ReaperLoop(stop=self._stopping) if reap else None
 
     # ---- public -----------------------------------------------------------------------------
 
@@ -132,7 +146,7 @@ class Worker:
             self.worker_id,
             ",".join(self.queues) or "*",
             self.concurrency,
-            len(self.versions),
+            len(self.job_types),
         )
         self._install_signal_handlers()
         self._threads = [
@@ -141,6 +155,9 @@ class Worker:
         ]
         for thread in self._threads:
             thread.start()
+        self._heartbeat.start()
+        if self._reaper is not None:
+            self._reaper.start()
         try:
             self._main_loop()
         finally:
@@ -199,6 +216,11 @@ class Worker:
             self.stats.first_claim_at = time.monotonic()
         self.stats.claimed += len(claims)
         with self._lock:
+            for c in claims:
+                job_type = self.job_types[c.type]
+                self._leases[c.id] = Lease(
+                    c.id, c.execution_id, job_type.lease, beats=job_type.heartbeat, timeout=job_type.timeout
+                )
             self._buffer.extend(claims)
             self._lock.notify(len(claims))
         return len(claims)
@@ -230,6 +252,9 @@ class Worker:
                 self._outcomes[:0] = batch
                 self._oldest_outcome_at = self._oldest_outcome_at or time.monotonic()
             raise
+        with self._lock:
+            for outcome in batch:
+                self._leases.pop(outcome.job_id, None)
         for outcome in batch:
             if outcome.job_id in written:
                 self.stats.outcomes[outcome.status] += 1
@@ -263,7 +288,8 @@ class Worker:
                         return
                     claim = self._buffer.popleft()
                     self._running[claim.id] = claim
-                result = execute(claim)
+                    lease = self._leases[claim.id]
+                result = execute(claim, lease)
                 with self._lock:
                     # Absent when shutdown released it past the grace period: the job is no
                     # longer ours, so its outcome is dropped (the guarded write would be too).
@@ -273,7 +299,9 @@ class Worker:
                             self._oldest_outcome_at = time.monotonic()
                         self._outcomes.append(result.outcome)
                     else:
-                        self.stats.lost += 1
+                        self._leases.pop(claim.id, None)
+                        if still_held:
+                            self.stats.lost += 1
                     d = result.duration
                     self._avg_duration = (
                         d if self._avg_duration is None else 0.8 * self._avg_duration + 0.2 * d
@@ -313,8 +341,15 @@ class Worker:
             self._wake.wait(0.05)
             self._wake.clear()
         self._flush_outcomes_patiently(until=time.monotonic() + max(self.grace, 5.0))
+        self._heartbeat.stop()
+        if self._reaper is not None:
+            self._reaper.join()
         for thread in self._threads:
             thread.join(timeout=0.1)
+
+    def _held_leases(self) -> list[Lease]:
+        with self._lock:
+            return list(self._leases.values())
 
     def _flush_outcomes_patiently(self, until: float | None = None) -> None:
         """Write buffered outcomes, retrying while the database is away until ``until``."""
@@ -336,6 +371,9 @@ class Worker:
     def _release(self, executions: list[tuple[int, uuid.UUID, bool]], reason: str) -> None:
         if not executions:
             return
+        with self._lock:
+            for job_id, _, _ in executions:
+                self._leases.pop(job_id, None)
         try:
             released = transitions.release(executions, reason)
         except DatabaseError:

@@ -31,6 +31,7 @@ class JobFactory(factory.django.DjangoModelFactory[Job]):
             execution_id=factory.LazyFunction(uuid.uuid4),
             started_at=factory.LazyFunction(timezone.now),
             heartbeat_at=factory.LazyFunction(timezone.now),
+            lease_expires_at=factory.LazyFunction(lambda: timezone.now() + dt.timedelta(minutes=1)),
         )
         running_stale = factory.Trait(
             status=JobStatus.RUNNING,
@@ -39,6 +40,7 @@ class JobFactory(factory.django.DjangoModelFactory[Job]):
             execution_id=factory.LazyFunction(uuid.uuid4),
             started_at=factory.LazyFunction(lambda: timezone.now() - dt.timedelta(hours=1)),
             heartbeat_at=factory.LazyFunction(lambda: timezone.now() - dt.timedelta(hours=1)),
+            lease_expires_at=factory.LazyFunction(lambda: timezone.now() - dt.timedelta(minutes=59)),
         )
         completed = factory.Trait(
             status=JobStatus.COMPLETED,

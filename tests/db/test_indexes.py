@@ -7,19 +7,20 @@ import json
 import pytest
 from django.db import connection
 
+from django_jobs import transitions
 from django_jobs.transitions import ClaimStatement
 
 pytestmark = [pytest.mark.django_db, pytest.mark.slow]
 
 FILL = """
 INSERT INTO django_jobs_job (queue, type, version, payload, status, priority, available_at,
-                             attempts, max_attempts, execution_id, heartbeat_at, finished_at)
+                             attempts, max_attempts, execution_id, heartbeat_at, lease_expires_at, finished_at)
 SELECT (ARRAY['default', 'mail', 'reports'])[1 + i % 3], 'test.noop', 1, '{}',
        CASE WHEN i %% %(pending_every)s = 0 THEN 'pending'
             WHEN i %% 1000 = 1 THEN 'running'
             ELSE 'completed' END,
        (i %% 3) - 1, now() - make_interval(secs => i %% 5000), 1, 5,
-       gen_random_uuid(), now(), NULL
+       gen_random_uuid(), now(), now() + make_interval(secs => i %% 600), NULL
 FROM generate_series(1, 1000000) AS i
 """
 
@@ -50,11 +51,7 @@ def test_claim_and_reaper_searches_are_index_scans(million_rows: None) -> None:
     assert "django_jobs_claim_queue" in text
     assert "Seq Scan on django_jobs_job" not in text
 
-    text = plan(
-        "SELECT id FROM django_jobs_job"
-        " WHERE status = 'running' AND heartbeat_at < now() - interval '1 minute'"
-        " ORDER BY heartbeat_at LIMIT 100 FOR UPDATE SKIP LOCKED",
-        None,
-    )
+    # The reaper's search for expired leases.
+    text = plan(transitions._SELECT_EXPIRED, [100])
     assert "django_jobs_running" in text
     assert "Seq Scan" not in text

@@ -100,9 +100,20 @@ def test_invalid_type_names_are_refused(name: str) -> None:
 def test_idempotency_key_is_stable_across_attempts() -> None:
     import uuid
 
+    from django_jobs.context import Lease
+
+    def lease() -> Lease:
+        return Lease(42, uuid.uuid4(), 60.0)
+
     keys = {
         JobContext(
-            job_id=42, type="billing.charge", queue="q", attempt=a, max_attempts=5, execution_id=uuid.uuid4()
+            job_id=42,
+            type="billing.charge",
+            queue="q",
+            attempt=a,
+            max_attempts=5,
+            execution_id=uuid.uuid4(),
+            lease=lease(),
         ).idempotency_key("charge")
         for a in (1, 2, 3)
     }
@@ -115,5 +126,6 @@ def test_idempotency_key_is_stable_across_attempts() -> None:
         max_attempts=5,
         execution_id=uuid.uuid4(),
         unique_key="invoice:7",
+        lease=lease(),
     )
     assert keyed.idempotency_key() == "billing.charge:invoice:7"

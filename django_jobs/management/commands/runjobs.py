@@ -74,6 +74,10 @@ class Command(BaseCommand):
             help="Most jobs claimed per statement. Default: DJANGO_JOBS['BATCH_SIZE'].",
         )
         parser.add_argument(
+            "--no-reaper", action="store_true",
+            help="Do not run the reaper in this worker (run `reapjobs --loop` elsewhere).",
+        )  # fmt: skip
+        parser.add_argument(
             "--stats-file",
             default=None,
             metavar="PATH",
@@ -90,6 +94,7 @@ class Command(BaseCommand):
             grace=options["grace"],
             batch_size=options["batch_size"],
             handle_signals=True,
+            reap=not options["no_reaper"],
         )
         worker.run()
         summary = worker.stats.summary()

@@ -1,0 +1,131 @@
+"""The reaper: takes back running jobs whose lease expired, and prunes old finished jobs.
+
+A lease expires when an execution stops proving itself alive: its worker was killed, froze
+(SIGSTOP, a long GC pause, a hung call that starves the heartbeat) or lost the database for
+longer than the lease. The reaper then decides, per job:
+
+- ``pending`` (retried after the type's backoff) while attempts remain;
+- ``failed`` when the lost execution was the last attempt;
+- ``needs_review`` when the type declares ``on_lost="needs_review"``: its side effect is
+  irreversible and not idempotent, so only a human may decide to run it again.
+
+It clears the owner fields and records a ``recovered`` event with the lost execution's id. It
+is safe in many processes at once (SKIP LOCKED, guarded updates) and uses database time only.
+``runjobs`` runs it every ``REAPER_INTERVAL``; ``reapjobs`` runs it on its own.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+from dataclasses import dataclass, field
+
+from django.db import DatabaseError, connections
+
+from django_jobs import transitions
+from django_jobs.backoff import Random
+from django_jobs.conf import jobs_settings
+from django_jobs.registry import default_backoff, registry
+from django_jobs.states import JobStatus
+from django_jobs.transitions import Expired, Recovery
+
+logger = logging.getLogger("django_jobs.reaper")
+
+#: Rows per statement: bounded, so a mass recovery (a whole fleet died) never holds long locks.
+BATCH = 500
+
+
+@dataclass
+class ReapResult:
+    recovered: dict[str, int] = field(default_factory=dict)  # status → count
+    pruned: dict[str, int] = field(default_factory=dict)  # status → count
+
+    @property
+    def total_recovered(self) -> int:
+        return sum(self.recovered.values())
+
+
+def decide(expired: Expired, rng: Random = random.random) -> Recovery:
+    """Where a job whose execution was lost goes next. Pure, apart from the registry lookup."""
+    job_type = registry.get(expired.type)
+    lost = f"execution {expired.execution_id} on worker {expired.worker_id} stopped renewing its lease"
+    if job_type is not None and job_type.on_lost == "needs_review":
+        return Recovery(
+            expired, JobStatus.NEEDS_REVIEW, reason=f"{lost}; a blind retry is unsafe for this type"
+        )
+    if expired.attempt >= expired.max_attempts:
+        return Recovery(expired, JobStatus.FAILED, reason=f"{lost} on its last attempt")
+    policy = job_type.retry_policy if job_type is not None else default_backoff()
+    return Recovery(expired, JobStatus.PENDING, delay=policy.delay(expired.attempt, rng=rng), reason=lost)
+
+
+def recover(limit: int | None = None) -> dict[str, int]:
+    """Recover every expired lease (or at most ``limit``); return counts by new status."""
+    counts: dict[str, int] = {}
+    remaining = limit
+    while remaining is None or remaining > 0:
+        batch = BATCH if remaining is None else min(BATCH, remaining)
+        done = transitions.recover_expired(decide, batch)
+        for recovery in done:
+            counts[recovery.status] = counts.get(recovery.status, 0) + 1
+            logger.warning(
+                "job recovered id=%s type=%s lost_execution=%s worker=%s attempt=%s/%s → %s",
+                recovery.expired.id, recovery.expired.type, recovery.expired.execution_id,
+                recovery.expired.worker_id, recovery.expired.attempt, recovery.expired.max_attempts,
+                recovery.status,
+            )  # fmt: skip
+        if remaining is not None:
+            remaining -= len(done)
+        if len(done) < batch:
+            break
+    return counts
+
+
+def prune(limit_per_status: int = 10 * BATCH) -> dict[str, int]:
+    """Delete finished jobs older than their status's retention, in batches."""
+    counts: dict[str, int] = {}
+    for status, keep in jobs_settings.RETENTION.items():
+        if keep is None:
+            continue
+        total = 0
+        while total < limit_per_status:
+            deleted = transitions.prune(status, keep, min(BATCH, limit_per_status - total))
+            total += deleted
+            if deleted < BATCH:
+                break
+        if total:
+            counts[status] = total
+            logger.info("pruned %s %s job(s) older than %ss", total, status, keep)
+    return counts
+
+
+def run_once() -> ReapResult:
+    """One pass: recover expired leases, then apply retention."""
+    return ReapResult(recovered=recover(), pruned=prune())
+
+
+class ReaperLoop(threading.Thread):
+    """Runs :func:`run_once` every ``REAPER_INTERVAL`` (±20 %, so that the reapers of many
+    workers do not fire in step) until ``stop`` is set. Survives database outages."""
+
+    def __init__(self, stop: threading.Event, interval: float | None = None) -> None:
+        super().__init__(name="django_jobs-reaper", daemon=True)
+        self._stop_event = stop
+        self._interval = interval
+        self.passes = 0
+
+    def run(self) -> None:
+        try:
+            while True:
+                interval = self._interval or jobs_settings.REAPER_INTERVAL
+                if self._stop_event.wait(interval * random.uniform(0.8, 1.2)):
+                    return
+                try:
+                    run_once()
+                    self.passes += 1
+                except DatabaseError as exc:
+                    logger.warning("reaper pass failed, retrying next interval: %s", type(exc).__name__)
+                    connections[jobs_settings.DATABASE].close()
+        finally:
+            connections.close_all()
