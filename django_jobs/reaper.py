@@ -68,7 +68,8 @@ def recover(limit: int | None = None) -> dict[str, int]:
         batch = BATCH if remaining is None else min(BATCH, remaining)
         done = transitions.recover_expired(decide, batch)
         for recovery in done:
-            counts[recovery.status] = counts.get(recovery.status, 0) + 1
+            status = str(recovery.status)
+            counts[status] = counts.get(status, 0) + 1
             logger.warning(
                 "job recovered id=%s type=%s lost_execution=%s worker=%s attempt=%s/%s → %s",
                 recovery.expired.id, recovery.expired.type, recovery.expired.execution_id,

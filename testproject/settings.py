@@ -58,8 +58,15 @@ USE_TZ = True
 TIME_ZONE = "UTC"
 STATIC_URL = "static/"
 
+# Every duration can come from the environment, so tests can run workers with sub-second leases.
 DJANGO_JOBS = {
-    "POLL_INTERVAL": env.float("DJANGO_JOBS_POLL_INTERVAL", default=0.2),
+    key: env.float(f"DJANGO_JOBS_{key}", default=default)
+    for key, default in {
+        "POLL_INTERVAL": 0.2,
+        "HEARTBEAT_INTERVAL": 10.0,
+        "LEASE_TIMEOUT": 60.0,
+        "REAPER_INTERVAL": 30.0,
+    }.items()
 }
 
 LOGGING = {

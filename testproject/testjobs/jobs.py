@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from django.db import connection
+from django.db import IntegrityError, connection, transaction
 
 from django_jobs import (
     Backoff,
@@ -89,3 +89,75 @@ def versioned(ctx: JobContext, payload: dict[str, Any]) -> None:
     BusinessRow.objects.create(
         key=f"versioned:{ctx.job_id}:{sorted(payload)}", job_id=ctx.job_id, execution_id=ctx.execution_id
     )
+
+
+# ---- jobs for the lease, shutdown and crash tests -------------------------------------------
+
+
+def _mark(ctx: JobContext, label: str) -> None:
+    """Commit a row saying this execution reached ``label``: tests wait for it before acting."""
+    BusinessRow.objects.create(
+        key=f"{label}:{ctx.job_id}:{ctx.execution_id}", job_id=ctx.job_id, execution_id=ctx.execution_id
+    )
+
+
+@job("test.long", backoff=FAST)
+def long(ctx: JobContext, payload: dict[str, Any]) -> None:
+    """Marks its start, works for payload["seconds"] in small steps, then marks its end."""
+    _mark(ctx, "started")
+    deadline = time.monotonic() + payload["seconds"]
+    while time.monotonic() < deadline:
+        time.sleep(0.02)
+        ctx.raise_if_cancelled()
+    _mark(ctx, "finished")
+
+
+@job("test.checkpointed", backoff=FAST)
+def checkpointed(ctx: JobContext, payload: dict[str, Any]) -> None:
+    """Processes payload["steps"] steps, one business row each, resuming from its checkpoint."""
+    start = ctx.checkpoint["next"] if ctx.checkpoint else 0
+    for step in range(start, payload["steps"]):
+        # The row commits first, then the checkpoint: a crash in between re-runs this step,
+        # and the UNIQUE key makes that re-run a no-op.
+        BusinessRow.objects.get_or_create(
+            key=f"step:{ctx.job_id}:{step}", defaults={"job_id": ctx.job_id, "execution_id": ctx.execution_id}
+        )
+        ctx.save_checkpoint({"next": step + 1})
+        ctx.progress(step + 1, payload["steps"])
+        time.sleep(payload.get("pause", 0.05))
+
+
+@job("test.beating_forever", timeout=0.5, backoff=FAST, max_attempts=2)
+def beating_forever(ctx: JobContext, payload: dict[str, Any]) -> None:
+    """Beats diligently but never finishes: its deadline must stop it."""
+    while True:
+        ctx.heartbeat()
+        time.sleep(0.02)
+
+
+@job("test.runaway", timeout=0.3, backoff=FAST)
+def runaway(ctx: JobContext, payload: dict[str, Any]) -> None:
+    """Ignores its deadline entirely (a hung call): the heartbeat must stop covering it."""
+    _mark(ctx, "started")
+    time.sleep(payload["seconds"])
+    _mark(ctx, "finished")
+
+
+@job("test.unsafe", on_lost="needs_review")
+def unsafe(ctx: JobContext, payload: dict[str, Any]) -> None:
+    """An irreversible side effect without idempotency: never retried blindly."""
+    _mark(ctx, "started")
+    time.sleep(payload.get("seconds", 0))
+
+
+@job("test.chaos", backoff=FAST, max_attempts=50)
+def chaos(ctx: JobContext, payload: dict[str, Any]) -> None:
+    """One business row per job, protected by UNIQUE: a re-run after a crash is a no-op."""
+    time.sleep(payload.get("pause", 0.01))
+    try:
+        with transaction.atomic():
+            BusinessRow.objects.create(
+                key=f"chaos:{payload['n']}", job_id=ctx.job_id, execution_id=ctx.execution_id
+            )
+    except IntegrityError:
+        pass  # an earlier execution already did it; completing is what is left to do

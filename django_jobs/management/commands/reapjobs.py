@@ -36,3 +36,9 @@ class Command(BaseCommand):
         while loop.is_alive():
             loop.join(timeout=0.5)
         self.stdout.write(f"reaper stopped after {loop.passes} passes")
+
+
+def _counts(counts: dict[str, int]) -> str:
+    if not counts:
+        return "nothing"
+    return ", ".join(f"{n} → {status}" for status, n in sorted(counts.items()))

@@ -1,0 +1,165 @@
+"""Reaper decisions on rows built in any state, and what a zombie execution can still do."""
+
+from __future__ import annotations
+
+import datetime as dt
+import threading
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from django.core.management import call_command
+from django.db import connections
+from django.test import override_settings
+from django.utils import timezone
+
+from django_jobs import reaper, transitions
+from django_jobs.context import JobContext, Lease, LeaseLost
+from django_jobs.models import Job, JobEvent
+from django_jobs.states import EventKind, JobStatus
+from django_jobs.transitions import Outcome
+from tests.factories import JobFactory
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def test_expired_job_with_attempts_left_goes_back_to_pending(db_now: Callable[[], Any]) -> None:
+    job = JobFactory(running_stale=True, type="test.flaky", attempts=2, max_attempts=5)
+    lost_execution, lost_worker = job.execution_id, job.worker_id
+    assert reaper.run_once().recovered == {"pending": 1}
+    job.refresh_from_db()
+    assert (job.status, job.attempts, job.last_error_code) == (JobStatus.PENDING, 2, "LEASE_LOST")
+    assert job.available_at > db_now() - dt.timedelta(seconds=1)
+    assert job.worker_id is None and job.execution_id is None and job.lease_expires_at is None
+    event = JobEvent.objects.get(job=job)
+    assert (event.kind, event.from_status, event.to_status, event.actor) == (
+        EventKind.RECOVERED, "running", "pending", "reaper",
+    )  # fmt: skip
+    assert (event.execution_id, event.worker_id, event.attempt) == (lost_execution, lost_worker, 2)
+    assert str(lost_execution) in (event.error or "")
+
+
+def test_expired_last_attempt_fails() -> None:
+    job = JobFactory(running_stale=True, attempts=5, max_attempts=5)
+    assert reaper.recover() == {"failed": 1}
+    job.refresh_from_db()
+    assert job.status == JobStatus.FAILED and job.failed_at is not None and job.finished_at is not None
+    assert JobEvent.objects.get(job=job).to_status == "failed"
+
+
+def test_expired_job_of_an_unsafe_type_needs_review() -> None:
+    job = JobFactory(running_stale=True, type="test.unsafe", attempts=1, max_attempts=5)
+    assert reaper.recover() == {"needs_review": 1}
+    job.refresh_from_db()
+    assert job.status == JobStatus.NEEDS_REVIEW
+    assert "blind retry is unsafe" in (job.last_error or "")
+
+
+def test_live_leases_are_left_alone() -> None:
+    live = JobFactory(running=True)
+    pending = JobFactory()
+    assert reaper.recover() == {}
+    assert Job.objects.get(id=live.id).status == JobStatus.RUNNING
+    assert Job.objects.get(id=pending.id).status == JobStatus.PENDING
+
+
+def test_zombie_execution_can_change_nothing_after_recovery() -> None:
+    job = JobFactory(running_stale=True, type="test.flaky")
+    zombie = job.execution_id
+    reaper.recover()
+    job.refresh_from_db()
+    before = (job.status, job.available_at, job.attempts, job.last_error)
+
+    assert transitions.write_outcomes([Outcome(job.id, zombie, JobStatus.COMPLETED)]) == set()
+    assert transitions.heartbeat([(job.id, zombie, 60.0)]) == {}
+    assert not transitions.set_progress(job.id, zombie, '{"done": 1}')
+    assert not transitions.set_checkpoint(job.id, zombie, '{"next": 9}')
+    ctx = JobContext(
+        job_id=job.id, type=job.type, queue=job.queue, attempt=1, max_attempts=5,
+        execution_id=zombie, lease=Lease(job.id, zombie, 60.0),
+    )  # fmt: skip
+    with pytest.raises(LeaseLost):
+        ctx.save_checkpoint({"next": 9})
+    with pytest.raises(LeaseLost):
+        ctx.progress(1, 1)
+
+    job.refresh_from_db()
+    assert (job.status, job.available_at, job.attempts, job.last_error) == before
+    assert job.checkpoint is None and job.progress is None
+    assert JobEvent.objects.filter(job=job).count() == 1  # the recovery, nothing from the zombie
+
+
+def test_reapers_in_parallel_recover_each_job_once() -> None:
+    jobs = JobFactory.create_batch(300, running_stale=True)
+    barrier = threading.Barrier(3)
+    results: list[dict[str, int]] = []
+
+    def reap() -> None:
+        try:
+            barrier.wait()
+            results.append(reaper.recover())
+        finally:
+            connections.close_all()
+
+    threads = [threading.Thread(target=reap) for _ in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sum(r.get("pending", 0) for r in results) == 300
+    assert JobEvent.objects.filter(kind=EventKind.RECOVERED).count() == 300
+    assert Job.objects.filter(id__in=[j.id for j in jobs], status=JobStatus.PENDING).count() == 300
+
+
+def test_retention_prunes_old_finished_jobs_with_their_events() -> None:
+    old = timezone.now() - dt.timedelta(days=30)
+    old_completed = JobFactory(completed=True, finished_at=old)
+    JobEvent.objects.create(job=old_completed, kind=EventKind.RETRY_SCHEDULED)
+    old_failed = JobFactory(failed=True, finished_at=old)
+    recent = JobFactory(completed=True)
+    pending = JobFactory()
+    with override_settings(DJANGO_JOBS={"RETENTION": {"completed": 86400, "failed": None}}):
+        assert reaper.prune() == {"completed": 1}
+    remaining = set(Job.objects.values_list("id", flat=True))
+    assert remaining == {old_failed.id, recent.id, pending.id}  # failed jobs are kept forever
+    assert not JobEvent.objects.exists()
+
+
+def test_reapjobs_command_reports_what_it_did(capsys: pytest.CaptureFixture[str]) -> None:
+    JobFactory(running_stale=True)
+    call_command("reapjobs")
+    assert "recovered 1 → pending; pruned nothing" in capsys.readouterr().out
+
+
+def test_cancel_pending_job_at_once() -> None:
+    job = JobFactory()
+    assert transitions.cancel(job.id, actor="alice", reason="customer asked") == "cancelled"
+    job.refresh_from_db()
+    assert job.status == JobStatus.CANCELLED and job.finished_at is not None
+    event = JobEvent.objects.get(job=job)
+    assert (event.kind, event.actor, event.reason) == (EventKind.CANCELLED, "alice", "customer asked")
+
+
+def test_cancel_running_job_is_a_request() -> None:
+    job = JobFactory(running=True)
+    assert transitions.cancel(job.id, actor="alice") == "requested"
+    assert transitions.cancel(job.id, actor="alice") == "not_cancellable"  # already requested
+    job.refresh_from_db()
+    assert job.status == JobStatus.RUNNING and job.cancel_requested_at is not None
+    assert transitions.heartbeat([(job.id, job.execution_id, 60.0)]) == {job.id: True}
+
+
+def test_finished_jobs_cannot_be_cancelled() -> None:
+    job = JobFactory(completed=True)
+    assert transitions.cancel(job.id) == "not_cancellable"
+    assert not JobEvent.objects.exists()
+
+
+def test_heartbeat_extends_only_owned_leases(db_now: Callable[[], Any]) -> None:
+    job = JobFactory(running=True)
+    assert transitions.heartbeat([(job.id, job.execution_id, 600.0), (job.id, uuid.uuid4(), 600.0)]) == {
+        job.id: False
+    }
+    job.refresh_from_db()
+    assert job.lease_expires_at is not None and job.lease_expires_at > db_now() + dt.timedelta(seconds=590)
