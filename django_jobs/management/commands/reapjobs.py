@@ -24,9 +24,7 @@ class Command(BaseCommand):
     def handle(self, *args: Any, **options: Any) -> None:
         if not options["loop"]:
             result = reaper.run_once()
-            self.stdout.write(
-                f"recovered {result.recovered or 'nothing'}; pruned {result.pruned or 'nothing'}"
-            )
+            self.stdout.write(f"recovered {_counts(result.recovered)}; pruned {_counts(result.pruned)}")
             return
         stop = threading.Event()
         for signum in (signal.SIGTERM, signal.SIGINT):
