@@ -14,7 +14,8 @@ import threading
 import time
 from collections.abc import Callable
 
-from django.db import DatabaseError, connections
+from django.db import Error as DatabaseFailure
+from django.db import connections
 
 from django_jobs import transitions
 from django_jobs.conf import jobs_settings
@@ -72,7 +73,7 @@ class Heartbeat:
             while not self._stop.wait(self._tick()):
                 try:
                     self.beat_once()
-                except DatabaseError as exc:
+                except DatabaseFailure as exc:
                     # Leases keep their last known state: the database decides ownership when
                     # it answers again, and a beat that comes too late is reported as lost.
                     logger.warning("heartbeat failed, retrying: %s", type(exc).__name__)

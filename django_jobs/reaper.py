@@ -21,7 +21,8 @@ import random
 import threading
 from dataclasses import dataclass, field
 
-from django.db import DatabaseError, connections
+from django.db import Error as DatabaseFailure
+from django.db import connections
 
 from django_jobs import transitions
 from django_jobs.backoff import Random
@@ -125,7 +126,7 @@ class ReaperLoop(threading.Thread):
                 try:
                     run_once()
                     self.passes += 1
-                except DatabaseError as exc:
+                except DatabaseFailure as exc:
                     logger.warning("reaper pass failed, retrying next interval: %s", type(exc).__name__)
                     connections[jobs_settings.DATABASE].close()
         finally:

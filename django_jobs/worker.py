@@ -27,7 +27,8 @@ from dataclasses import dataclass, field
 from types import FrameType
 from typing import Any
 
-from django.db import DatabaseError, connections
+from django.db import Error as DatabaseFailure  # also InterfaceError: "connection already closed"
+from django.db import connections
 
 from django_jobs import transitions
 from django_jobs.conf import jobs_settings
@@ -183,7 +184,7 @@ class Worker:
                 self._flush_outcomes(force=False)
                 claimed = self._claim_if_room()
                 db_retry = _DB_RETRY_FIRST
-            except DatabaseError as exc:
+            except DatabaseFailure as exc:
                 db_retry = self._database_unavailable(exc, db_retry)
                 continue
             with self._lock:
@@ -247,7 +248,7 @@ class Worker:
             batch, self._outcomes, self._oldest_outcome_at = self._outcomes, [], None
         try:
             written = transitions.write_outcomes(batch)
-        except DatabaseError:
+        except DatabaseFailure:
             with self._lock:  # keep them: they are written when the database answers again
                 self._outcomes[:0] = batch
                 self._oldest_outcome_at = self._oldest_outcome_at or time.monotonic()
@@ -268,7 +269,7 @@ class Worker:
                 )
         self.stats.last_outcome_at = time.monotonic()
 
-    def _database_unavailable(self, exc: DatabaseError, wait: float) -> float:
+    def _database_unavailable(self, exc: DatabaseFailure, wait: float) -> float:
         logger.warning("database unavailable, retrying in %.1fs: %s", wait, type(exc).__name__)
         connections[jobs_settings.DATABASE].close()
         self._stopping.wait(wait)
@@ -358,7 +359,7 @@ class Worker:
             try:
                 self._flush_outcomes(force=True)
                 return
-            except DatabaseError as exc:
+            except DatabaseFailure as exc:
                 if until is None or time.monotonic() >= until:
                     logger.error(
                         "could not write %s outcome(s); the reaper will recover those jobs",
@@ -376,7 +377,7 @@ class Worker:
                 self._leases.pop(job_id, None)
         try:
             released = transitions.release(executions, reason)
-        except DatabaseError:
+        except DatabaseFailure:
             logger.exception("could not release %s job(s); the reaper will recover them", len(executions))
             return
         self.stats.released += len(released)
