@@ -19,7 +19,12 @@ from testproject.testjobs.models import BusinessRow
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-SHORT_LEASES = {"LEASE_TIMEOUT": 0.4, "HEARTBEAT_INTERVAL": 0.1, "REAPER_INTERVAL": 0.1, "POLL_INTERVAL": 0.02}
+SHORT_LEASES = {
+    "LEASE_TIMEOUT": 0.4,
+    "HEARTBEAT_INTERVAL": 0.1,
+    "REAPER_INTERVAL": 0.1,
+    "POLL_INTERVAL": 0.02,
+}
 
 
 @pytest.fixture(autouse=True)
