@@ -13,8 +13,8 @@ from django_jobs.transitions import ClaimStatement
 pytestmark = [pytest.mark.django_db, pytest.mark.slow]
 
 FILL = """
-INSERT INTO django_jobs_job (queue, type, version, payload, status, priority, available_at,
-                             attempts, max_attempts, execution_id, heartbeat_at, lease_expires_at, finished_at)
+INSERT INTO django_jobs_job (queue, type, version, payload, status, priority, available_at, attempts,
+                             max_attempts, execution_id, heartbeat_at, lease_expires_at, finished_at)
 SELECT (ARRAY['default', 'mail', 'reports'])[1 + i % 3], 'test.noop', 1, '{}',
        CASE WHEN i %% %(pending_every)s = 0 THEN 'pending'
             WHEN i %% 1000 = 1 THEN 'running'

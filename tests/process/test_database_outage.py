@@ -41,9 +41,10 @@ def test_12_workers_ride_out_a_database_restart(cluster: ThrowawayCluster) -> No
     )
     with cluster.connect() as conn:
         conn.execute(
-            "INSERT INTO django_jobs_job (queue, type, version, payload, status, priority, attempts, max_attempts)"
-            " SELECT 'default', 'test.chaos', 1, jsonb_build_object('n', i, 'pause', 0.02), 'pending', 0, 0, 50"
-            " FROM generate_series(1, %s) AS i",
+            "INSERT INTO django_jobs_job"
+            " (queue, type, version, payload, status, priority, attempts, max_attempts)"
+            " SELECT 'default', 'test.chaos', 1, jsonb_build_object('n', i, 'pause', 0.02),"
+            " 'pending', 0, 0, 50 FROM generate_series(1, %s) AS i",
             [JOBS],
         )
     workers = [WorkerProcess(env, "--concurrency", "2") for _ in range(2)]
