@@ -8,10 +8,12 @@ from typing import TYPE_CHECKING, Any
 from django_jobs.backoff import Backoff
 from django_jobs.context import JobContext, LeaseLost
 from django_jobs.errors import (
+    DeadlineExceeded,
     EnqueueError,
     ErrorCode,
     InvalidOption,
     InvalidPayload,
+    JobCancelled,
     PayloadTooLarge,
     PermanentError,
     RateLimitedError,
@@ -20,16 +22,20 @@ from django_jobs.errors import (
     UnknownJobType,
 )
 from django_jobs.registry import job
+from django_jobs.transitions import CancelResult, cancel
 
 if TYPE_CHECKING:
     from django_jobs.enqueueing import enqueue, enqueue_many
 
 __all__ = [
     "Backoff",
+    "CancelResult",
+    "DeadlineExceeded",
     "EnqueueError",
     "ErrorCode",
     "InvalidOption",
     "InvalidPayload",
+    "JobCancelled",
     "JobContext",
     "LeaseLost",
     "PayloadTooLarge",
@@ -38,6 +44,7 @@ __all__ = [
     "RetryableError",
     "SkipJob",
     "UnknownJobType",
+    "cancel",
     "enqueue",
     "enqueue_many",
     "job",

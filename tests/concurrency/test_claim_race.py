@@ -13,7 +13,7 @@ from django_jobs.models import Job
 from django_jobs.transitions import Claim, ClaimStatement, claim
 from tests.factories import JobFactory
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
 
 def race(contenders: int, attempt: Callable[[int], Any]) -> list[Any]:
