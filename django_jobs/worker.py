@@ -180,6 +180,8 @@ class Worker:
     def _main_loop(self) -> None:
         db_retry = _DB_RETRY_FIRST
         while not self._stopping.is_set():
+            # Cleared before looking at the state, so a wake-up sent meanwhile is never lost.
+            self._wake.clear()
             try:
                 self._flush_outcomes(force=False)
                 claimed = self._claim_if_room()
@@ -189,13 +191,12 @@ class Worker:
                 continue
             with self._lock:
                 idle = not self._buffer and not self._running
-            if idle and claimed == 0:
-                if self.burst and not self._outcomes:
-                    return
-                self._wake.wait(jobs_settings.POLL_INTERVAL if not self._outcomes else 0)
-            else:
-                self._wake.wait(jobs_settings.OUTCOME_FLUSH_INTERVAL)
-            self._wake.clear()
+                unwritten = bool(self._outcomes)
+            if self.burst and idle and claimed == 0 and not unwritten:
+                return
+            # Executors wake this thread when they run low on claimed jobs; otherwise there is
+            # nothing to do before the next flush, or the next poll of an empty queue.
+            self._wake.wait(jobs_settings.OUTCOME_FLUSH_INTERVAL if unwritten else jobs_settings.POLL_INTERVAL)
 
     def _claim_if_room(self) -> int:
         if self._stopping.is_set():
@@ -203,8 +204,9 @@ class Worker:
         target = self._claim_target()
         with self._lock:
             held = len(self._buffer) + len(self._running)
-        # Claim again only once the holding has drained to half, so batches stay large.
-        if held > target // 2 or held >= target:
+        # With a prefetch, claim again once the holding drained to half, so batches stay large;
+        # but never leave an executor thread idle while jobs may be waiting.
+        if held >= target or (held > target // 2 and held >= self.concurrency):
             return 0
         started = time.perf_counter()
         claims = transitions.claim(self._statement, target - held)
