@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from django_jobs.backoff import Backoff
 from django_jobs.context import JobContext, LeaseLost
+from django_jobs.effects import compare_and_set, once
 from django_jobs.errors import (
     DeadlineExceeded,
     EnqueueError,
@@ -21,7 +22,7 @@ from django_jobs.errors import (
     SkipJob,
     UnknownJobType,
 )
-from django_jobs.registry import job
+from django_jobs.registry import Reconciliation, job
 from django_jobs.transitions import CancelResult, cancel
 
 if TYPE_CHECKING:
@@ -41,13 +42,16 @@ __all__ = [
     "PayloadTooLarge",
     "PermanentError",
     "RateLimitedError",
+    "Reconciliation",
     "RetryableError",
     "SkipJob",
     "UnknownJobType",
     "cancel",
+    "compare_and_set",
     "enqueue",
     "enqueue_many",
     "job",
+    "once",
 ]
 
 

@@ -12,10 +12,11 @@ import json
 import threading
 import time
 import uuid
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any
 
-from django_jobs import transitions
+from django_jobs import effects, transitions
 from django_jobs.conf import jobs_settings
 from django_jobs.errors import DeadlineExceeded, JobCancelled
 
@@ -138,6 +139,17 @@ class JobContext:
         """
         anchor = self.unique_key if self.unique_key is not None else f"job-{self.job_id}"
         return ":".join([self.type, anchor, *(str(p) for p in parts)])
+
+    def effect(self, key: str) -> AbstractContextManager[bool]:
+        """``effects.once(key)`` recorded with this job: a database-local effect, at most once.
+
+        ::
+
+            with ctx.effect(f"invoice:order:{order_id}") as first_time:
+                if first_time:
+                    Invoice.objects.create(...)
+        """
+        return effects.once(key, job_id=self.job_id)
 
     # ---- liveness, cancellation, deadline -----------------------------------------------------
 

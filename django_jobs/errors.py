@@ -27,8 +27,17 @@ class ErrorCode:
     TIMEOUT = "TIMEOUT"
     LEASE_LOST = "LEASE_LOST"
     CANCELLED = "CANCELLED"
+    INTERRUPTED = "INTERRUPTED"
+    RECONCILE_UNKNOWN = "RECONCILE_UNKNOWN"
     SKIPPED = "SKIPPED"
     UNKNOWN = "UNKNOWN"
+
+
+#: The previous attempt ended without saying whether its side effect happened: lost (reaper),
+#: past its deadline, cut off waiting for an answer, or interrupted by a shutdown.
+AMBIGUOUS_CODES = frozenset(
+    {ErrorCode.LEASE_LOST, ErrorCode.TIMEOUT, ErrorCode.NETWORK_TIMEOUT, ErrorCode.INTERRUPTED}
+)
 
 
 class JobError(Exception):

@@ -11,13 +11,14 @@ import logging
 import time
 import traceback
 from dataclasses import dataclass
+from typing import Any
 
 from django.db import connections
 
 from django_jobs.conf import jobs_settings
 from django_jobs.context import JobContext, Lease, LeaseLost
-from django_jobs.errors import ErrorCode, OutcomeKind, PermanentError, classify
-from django_jobs.registry import JobType, registry
+from django_jobs.errors import AMBIGUOUS_CODES, ErrorCode, OutcomeKind, PermanentError, classify
+from django_jobs.registry import JobType, Reconciliation, registry
 from django_jobs.sanitize import sanitize, truncate
 from django_jobs.states import EventKind, JobStatus
 from django_jobs.transitions import Claim, Outcome
@@ -35,7 +36,8 @@ def execute(claim: Claim, lease: Lease) -> Execution:
     """Run the handler of ``claim`` and turn what happened into an :class:`Outcome`.
 
     ``lease`` is shared with the worker's heartbeat: through it the handler learns of a lost
-    lease, a cancellation request or its deadline.
+    lease, a cancellation request or its deadline. When the previous attempt may have done its
+    side effect (``AMBIGUOUS_CODES``) and the type can ``reconcile``, it is asked first.
     """
     started = time.perf_counter()
     job_type = registry.get(claim.type)
@@ -55,18 +57,50 @@ def execute(claim: Claim, lease: Lease) -> Execution:
             checkpoint=_decode_json(claim.checkpoint),
             lease=lease,
         )
-        job_type.handler(ctx, payload)
+        outcome = _reconcile(claim, job_type, ctx, payload)
+        if outcome is None:
+            job_type.handler(ctx, payload)
+            outcome = Outcome(claim.id, claim.execution_id, JobStatus.COMPLETED)
     except LeaseLost:
-        logger.warning("lease lost id=%s execution=%s type=%s", claim.id, claim.execution_id, claim.type)
-        return Execution(None, time.perf_counter() - started)
+        outcome = None
     except Exception as exc:  # every handler error becomes an outcome
-        return Execution(failure_outcome(claim, job_type, exc), time.perf_counter() - started)
+        outcome = failure_outcome(claim, job_type, exc)
     finally:
         lease.done = True
         _drop_broken_connections()
-    return Execution(
-        Outcome(claim.id, claim.execution_id, JobStatus.COMPLETED), time.perf_counter() - started
-    )
+    if outcome is None or lease.lost:
+        # The job was taken over: its state belongs to the new owner, and the guarded write
+        # would be refused anyway.
+        logger.warning("lease lost id=%s execution=%s type=%s", claim.id, claim.execution_id, claim.type)
+        outcome = None
+    return Execution(outcome, time.perf_counter() - started)
+
+
+def _reconcile(claim: Claim, job_type: JobType, ctx: JobContext, payload: dict[str, Any]) -> Outcome | None:
+    """Ask the type whether an ambiguous previous attempt did its effect; None: run the handler."""
+    if job_type.reconcile is None or claim.last_error_code not in AMBIGUOUS_CODES:
+        return None
+    answer = job_type.reconcile(ctx, payload)
+    logger.info("job reconciled id=%s type=%s answer=%s", claim.id, claim.type, answer.value)
+    details = json.dumps({"answer": answer.value, "previous_error": claim.last_error_code})
+    if answer is Reconciliation.DONE:
+        return Outcome(
+            claim.id, claim.execution_id, JobStatus.COMPLETED, event=EventKind.RECONCILED, details=details
+        )
+    if answer is Reconciliation.UNKNOWN:
+        return Outcome(
+            claim.id,
+            claim.execution_id,
+            JobStatus.NEEDS_REVIEW,
+            error_code=ErrorCode.RECONCILE_UNKNOWN,
+            error=f"could not tell whether the side effect of the interrupted attempt happened "
+            f"(previous error {claim.last_error_code})",
+            event=EventKind.NEEDS_REVIEW,
+            details=details,
+        )
+    if answer is not Reconciliation.NOT_DONE:
+        raise TypeError(f"reconcile of {claim.type!r} must return a Reconciliation, not {answer!r}")
+    return None
 
 
 def decode_payload(claim: Claim, job_type: JobType) -> dict[str, object]:
@@ -115,6 +149,16 @@ def failure_outcome(claim: Claim, job_type: JobType | None, exc: Exception) -> O
     elif decision.kind is OutcomeKind.CANCEL:
         logger.info("job cancelled id=%s type=%s", claim.id, claim.type)
         status, event, delay, details = JobStatus.CANCELLED, EventKind.CANCELLED, 0.0, None
+    elif (
+        decision.kind is OutcomeKind.RETRY
+        and decision.code in AMBIGUOUS_CODES
+        and job_type is not None
+        and job_type.on_lost == "needs_review"
+    ):
+        # The call may have gone through before the error: retrying blindly could repeat an
+        # irreversible effect.
+        logger.warning("job needs review id=%s type=%s code=%s", claim.id, claim.type, decision.code)
+        status, event, delay, details = JobStatus.NEEDS_REVIEW, EventKind.NEEDS_REVIEW, 0.0, None
     elif retry and job_type is not None:
         delay = job_type.retry_policy.delay(claim.attempt, retry_after=decision.retry_after)
         logger.info(

@@ -6,6 +6,7 @@ the function freely, but never reuse a name for different work.
 
 from __future__ import annotations
 
+import enum
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -22,8 +23,19 @@ H = TypeVar("H", bound=Handler)
 
 NAME_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.:-]{0,199}$")
 QUEUE_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.:-]{0,99}$")
-PRIORITY_RANGE = range(-100, 101)
-ON_LOST_CHOICES = ("retry", "needs_review")  # the range of Django's Tasks framework; higher runs first
+PRIORITY_RANGE = range(-100, 101)  # the range of Django's Tasks framework; higher runs first
+ON_LOST_CHOICES = ("retry", "reconcile", "needs_review")
+
+
+class Reconciliation(enum.Enum):
+    """A ``reconcile`` function's answer: did the previous attempt's side effect happen?"""
+
+    DONE = "done"  # it happened: the job completes without running again
+    NOT_DONE = "not_done"  # it did not: run the handler again
+    UNKNOWN = "unknown"  # cannot tell: a human must look (needs_review)
+
+
+Reconciler = Callable[["JobContext", dict[str, Any]], Reconciliation]
 
 
 @dataclass(frozen=True)
@@ -46,9 +58,11 @@ class JobType:
     #: Whether the worker extends the lease while the job runs. A short job may run on its
     #: lease alone (False): then the lease must cover its whole run.
     heartbeat: bool = True
-    #: What the reaper does with a job whose execution was lost: "retry" it (the default, for
-    #: idempotent jobs) or park it in "needs_review" when a blind retry is unsafe.
+    #: What happens to a job whose last execution may or may not have done its side effect
+    #: (lost, timed out, interrupted): "retry" it blindly (idempotent jobs), "reconcile" it
+    #: first (ask ``reconcile`` what happened), or park it in "needs_review" for a human.
     on_lost: str = "retry"
+    reconcile: Reconciler | None = None
 
     @property
     def default_queue(self) -> str:
@@ -125,7 +139,8 @@ def job(
     upcasters: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] | None = None,
     lease_timeout: float | None = None,
     heartbeat: bool = True,
-    on_lost: str = "retry",
+    on_lost: str | None = None,
+    reconcile: Reconciler | None = None,
 ) -> Callable[[H], H]:
     """Register the decorated ``handler(ctx, payload)`` as job type ``name``.
 
@@ -146,8 +161,11 @@ def job(
         raise ValueError("version must be an integer >= 1")
     if lease_timeout is not None and not lease_timeout > 0:
         raise ValueError("lease_timeout must be > 0 seconds")
+    on_lost = on_lost or ("reconcile" if reconcile is not None else "retry")
     if on_lost not in ON_LOST_CHOICES:
         raise ValueError(f"on_lost must be one of {', '.join(ON_LOST_CHOICES)}")
+    if on_lost == "reconcile" and reconcile is None:
+        raise ValueError('on_lost="reconcile" needs a reconcile function')
 
     def decorator(handler: H) -> H:
         registry.register(
@@ -164,6 +182,7 @@ def job(
                 lease_timeout=lease_timeout,
                 heartbeat=heartbeat,
                 on_lost=on_lost,
+                reconcile=reconcile,
             )
         )
         handler.job_name = name  # type: ignore[attr-defined]  # lets enqueue(handler, ...) work

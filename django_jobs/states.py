@@ -75,3 +75,4 @@ class EventKind(models.TextChoices):
     MANUAL_RETRY = "manual_retry", "Retried by an operator"
     CANCEL_REQUESTED = "cancel_requested", "Cancellation requested"
     RESOLVED = "resolved", "Resolved by an operator"
+    RECONCILED = "reconciled", "Reconciled: the effect had already happened"

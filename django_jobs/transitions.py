@@ -38,6 +38,8 @@ class Claim:
     priority: int
     available_at: dt.datetime
     started_at: dt.datetime
+    #: The error of the previous attempt: tells whether its side effect may have happened.
+    last_error_code: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,7 +48,7 @@ class Outcome:
 
     job_id: int
     execution_id: uuid.UUID
-    status: str  # completed, pending (retry), failed or skipped
+    status: str  # completed, pending (retry), failed, skipped, cancelled or needs_review
     delay: float = 0.0  # seconds before a retry, counted from the database's now()
     error_code: str | None = None
     error: str | None = None
@@ -56,7 +58,7 @@ class Outcome:
 
 _CLAIM_COLUMNS = (
     "j.id, j.queue, j.type, j.version, j.payload, j.attempts, j.max_attempts, j.execution_id,"
-    " j.unique_key, j.checkpoint, j.priority, j.available_at, j.started_at"
+    " j.unique_key, j.checkpoint, j.priority, j.available_at, j.started_at, j.last_error_code"
 )
 
 # The claim takes up to %(limit)s jobs in one statement that commits by itself, before any of
@@ -148,7 +150,7 @@ WITH outcome AS (
                             THEN now() + make_interval(secs => o.delay) ELSE j.available_at END,
         completed_at = CASE WHEN o.status = 'completed' THEN now() ELSE j.completed_at END,
         failed_at = CASE WHEN o.status = 'failed' THEN now() ELSE j.failed_at END,
-        finished_at = CASE WHEN o.status = 'pending' THEN NULL ELSE now() END,
+        finished_at = CASE WHEN o.status IN ('pending', 'needs_review') THEN NULL ELSE now() END,
         last_error_code = CASE WHEN o.status = 'completed' THEN j.last_error_code ELSE o.error_code END,
         last_error = CASE WHEN o.status = 'completed' THEN j.last_error ELSE o.error END,
         lease_expires_at = NULL
@@ -189,41 +191,57 @@ def write_outcomes(outcomes: Sequence[Outcome]) -> set[int]:
         return {row[0] for row in cursor.fetchall()}
 
 
-# A worker gives back jobs it claimed but never started (shutdown with a prefetched buffer):
-# the claim's attempt is not counted, and they are claimable again at once.
+# A worker gives back the jobs it holds when it stops. One it never started goes back to
+# pending without counting the attempt. One interrupted mid-run keeps its attempt and is marked
+# INTERRUPTED (its side effect may have happened): pending again, or needs_review for a type
+# whose blind retry is unsafe.
 _RELEASE = """
 WITH outcome AS (
-    SELECT * FROM unnest(%s::bigint[], %s::uuid[], %s::boolean[]) AS o(id, execution_id, started)
+    SELECT * FROM unnest(%s::bigint[], %s::uuid[], %s::boolean[], %s::text[])
+        AS o(id, execution_id, started, status)
 ), moved AS (
     UPDATE django_jobs_job j SET
-        status = 'pending',
+        status = o.status,
         attempts = CASE WHEN o.started THEN j.attempts ELSE j.attempts - 1 END,
         available_at = now(),
+        last_error_code = CASE WHEN o.started THEN 'INTERRUPTED' ELSE j.last_error_code END,
         lease_expires_at = NULL
     FROM outcome o
     WHERE j.id = o.id AND j.execution_id = o.execution_id AND j.status = 'running'
-    RETURNING j.id, j.execution_id, j.worker_id, j.attempts
+    RETURNING j.id, j.execution_id, j.worker_id, j.attempts, o.status
 ), events AS (
     INSERT INTO django_jobs_jobevent
         (job_id, kind, from_status, to_status, execution_id, worker_id, attempt, actor, reason)
-    SELECT id, %s, 'running', 'pending', execution_id, worker_id, attempts, 'worker', %s
+    SELECT id, %s, 'running', status, execution_id, worker_id, attempts, 'worker', %s
     FROM moved
 )
 SELECT id FROM moved
 """
 
 
-def release(executions: Iterable[tuple[int, uuid.UUID, bool]], reason: str) -> set[int]:
-    """Put held executions ``(job_id, execution_id, started)`` back to pending, claimable now.
+@dataclass(frozen=True, slots=True)
+class Release:
+    job_id: int
+    execution_id: uuid.UUID
+    started: bool
+    status: str = JobStatus.PENDING  # or needs_review, for an interrupted unsafe job
 
-    An execution that had started keeps its attempt: its work may have been partly done.
-    """
+
+def release(executions: Iterable[Release], reason: str) -> set[int]:
+    """Give back held executions, claimable again at once (see ``_RELEASE``)."""
     rows = list(executions)
     if not rows:
         return set()
-    ids, execution_ids, started = (list(column) for column in zip(*rows, strict=True))
+    params: list[Any] = [
+        [r.job_id for r in rows],
+        [r.execution_id for r in rows],
+        [r.started for r in rows],
+        [str(r.status) for r in rows],
+        EventKind.RELEASED,
+        reason,
+    ]
     with connections[jobs_settings.DATABASE].cursor() as cursor:
-        cursor.execute(_RELEASE, [ids, execution_ids, started, EventKind.RELEASED, reason])
+        cursor.execute(_RELEASE, params)
         return {row[0] for row in cursor.fetchall()}
 
 
@@ -448,6 +466,7 @@ __all__ = [
     "JobStatus",
     "Outcome",
     "Recovery",
+    "Release",
     "cancel",
     "claim",
     "heartbeat",

@@ -37,7 +37,8 @@ from django_jobs.executor import execute
 from django_jobs.heartbeat import Heartbeat
 from django_jobs.reaper import ReaperLoop
 from django_jobs.registry import registry
-from django_jobs.transitions import Claim, ClaimStatement, Outcome
+from django_jobs.states import JobStatus
+from django_jobs.transitions import Claim, ClaimStatement, Outcome, Release
 
 logger = logging.getLogger("django_jobs.worker")
 
@@ -196,7 +197,9 @@ class Worker:
                 return
             # Executors wake this thread when they run low on claimed jobs; otherwise there is
             # nothing to do before the next flush, or the next poll of an empty queue.
-            self._wake.wait(jobs_settings.OUTCOME_FLUSH_INTERVAL if unwritten else jobs_settings.POLL_INTERVAL)
+            self._wake.wait(
+                jobs_settings.OUTCOME_FLUSH_INTERVAL if unwritten else jobs_settings.POLL_INTERVAL
+            )
 
     def _claim_if_room(self) -> int:
         if self._stopping.is_set():
@@ -323,7 +326,10 @@ class Worker:
             self._lock.notify_all()
             unstarted = list(self._buffer)
             self._buffer.clear()
-        self._release([(c.id, c.execution_id, False) for c in unstarted], "worker stopping: job not started")
+        self._release(
+            [Release(c.id, c.execution_id, started=False) for c in unstarted],
+            "worker stopping: job not started",
+        )
         deadline = time.monotonic() + self.grace
         while True:
             with self._lock:
@@ -333,7 +339,10 @@ class Worker:
             if self._abort.is_set() or time.monotonic() >= deadline:
                 logger.warning("grace period over, releasing %s running job(s)", len(running))
                 self._release(
-                    [(c.id, c.execution_id, True) for c in running],
+                    [
+                        Release(c.id, c.execution_id, started=True, status=self._after_interruption(c))
+                        for c in running
+                    ],
                     "worker stopped before the job finished (grace period over)",
                 )
                 # Their threads may still finish; what they report is discarded below.
@@ -371,12 +380,17 @@ class Worker:
                 wait = self._database_unavailable(exc, wait)
                 time.sleep(wait)
 
-    def _release(self, executions: list[tuple[int, uuid.UUID, bool]], reason: str) -> None:
+    def _after_interruption(self, claim: Claim) -> str:
+        job_type = self.job_types.get(claim.type)
+        unsafe = job_type is not None and job_type.on_lost == "needs_review"
+        return JobStatus.NEEDS_REVIEW if unsafe else JobStatus.PENDING
+
+    def _release(self, executions: list[Release], reason: str) -> None:
         if not executions:
             return
         with self._lock:
-            for job_id, _, _ in executions:
-                self._leases.pop(job_id, None)
+            for execution in executions:
+                self._leases.pop(execution.job_id, None)
         try:
             released = transitions.release(executions, reason)
         except DatabaseFailure:

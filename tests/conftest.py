@@ -3,12 +3,14 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 from django.conf import settings
 from django.db import connection
+
+from testproject.demo.provider import FakeProvider
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -49,3 +51,12 @@ def runjobs(worker_env: dict[str, str]) -> Callable[..., subprocess.CompletedPro
         )
 
     return run
+
+
+@pytest.fixture
+def provider(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeProvider]:
+    """The fake external provider on 127.0.0.1, known to in-process and subprocess workers."""
+    fake = FakeProvider().start()
+    monkeypatch.setenv("DEMO_PROVIDER_URL", fake.url)
+    yield fake
+    fake.stop()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import http.client
 import json
 import os
 import urllib.error
@@ -44,9 +45,29 @@ def call_provider(ctx: JobContext, path: str, body: dict[str, Any]) -> dict[str,
                 f"provider refused our credentials on {path}", code=ErrorCode.AUTH_FAILED
             ) from exc
         raise PermanentError(f"provider answered {exc.code} on {path}", code=ErrorCode.PROVIDER_4XX) from exc
-    except TimeoutError as exc:
-        raise RetryableError(f"provider timed out on {path}", code=ErrorCode.NETWORK_TIMEOUT) from exc
+    except (TimeoutError, http.client.RemoteDisconnected, ConnectionResetError) as exc:
+        # The request was sent: the operation may have happened. NETWORK_TIMEOUT says so, and a
+        # type with `reconcile` is asked before its next attempt.
+        raise RetryableError(
+            f"no answer from the provider on {path}", code=ErrorCode.NETWORK_TIMEOUT
+        ) from exc
     except urllib.error.URLError as exc:
         raise RetryableError(
             f"provider unreachable on {path}: {exc.reason}", code=ErrorCode.NETWORK_ERROR
         ) from exc
+
+
+def lookup_operation(ctx: JobContext, idempotency_key: str, query: str = "") -> dict[str, Any] | None:
+    """Ask the provider whether an operation happened: its object, None if not.
+
+    Raises ``RetryableError`` when the provider cannot answer.
+    """
+    request = urllib.request.Request(f"{provider_url()}/operations?idempotency_key={idempotency_key}{query}")
+    try:
+        with urllib.request.urlopen(request, timeout=min(10.0, ctx.time_left() or 10.0)) as response:
+            found: dict[str, Any] = json.load(response)
+            return found
+    except urllib.error.HTTPError as exc:
+        if exc.code == 404:
+            return None
+        raise RetryableError(f"provider lookup answered {exc.code}", code=ErrorCode.PROVIDER_5XX) from exc

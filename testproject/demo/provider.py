@@ -4,10 +4,15 @@
 script its misbehaviour per key:
 
 - ``fail=N&status=503``: answer ``status`` to the first N requests for this key, then succeed;
-- ``retry_after=S``: with a 429 status, send ``Retry-After: S``.
+- ``retry_after=S``: with a 429 status, send ``Retry-After: S``;
+- ``drop=N``: for the first N requests, perform the operation, then drop the connection
+  without answering (the client cannot tell whether it happened).
 
 Requests carrying an ``Idempotency-Key`` header are performed once per key: a repeat gets the
 stored answer, so the provider holds exactly one object per key.
+
+``GET /operations?idempotency_key=K`` looks an operation up (200 with it, 404 if it never
+happened), for reconciliation; ``lookup_status=503`` makes the lookup fail.
 """
 
 from __future__ import annotations
@@ -22,7 +27,8 @@ from urllib.parse import parse_qs, urlsplit
 
 class FakeProvider:
     def __init__(self) -> None:
-        self.requests: Counter[str] = Counter()
+        self.requests: Counter[str] = Counter()  # POSTs per operation key
+        self.lookups = 0
         self.objects: dict[str, dict[str, Any]] = {}
         self.lock = threading.Lock()
         self._server: ThreadingHTTPServer | None = None
@@ -39,6 +45,9 @@ class FakeProvider:
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self) -> None:
                 provider._handle(self)
+
+            def do_GET(self) -> None:
+                provider._lookup(self)
 
             def log_message(self, format: str, *args: Any) -> None:
                 pass  # quiet: the demo prints its own summary
@@ -69,12 +78,34 @@ class FakeProvider:
                 created = self.objects.setdefault(
                     object_key, {"id": f"obj_{len(self.objects) + 1}", "key": key, "body": body.decode()}
                 )
+        if not failing and seen <= int(query.get("drop", 0)):
+            request.close_connection = True  # performed, but the answer never leaves
+            return
         if failing:
             status = int(query.get("status", 503))
             headers = {"Retry-After": query["retry_after"]} if "retry_after" in query else {}
             self._reply(request, status, {"error": "try later"}, headers)
         else:
             self._reply(request, 200, created, {})
+
+    def _lookup(self, request: BaseHTTPRequestHandler) -> None:
+        query = {k: v[0] for k, v in parse_qs(urlsplit(request.path).query).items()}
+        with self.lock:
+            self.lookups += 1
+        if "lookup_status" in query:
+            self._reply(request, int(query["lookup_status"]), {"error": "lookup unavailable"}, {})
+            return
+        with self.lock:
+            found = self.objects.get(query.get("idempotency_key", ""))
+        if found is None:
+            self._reply(request, 404, {"error": "no such operation"}, {})
+        else:
+            self._reply(request, 200, found, {})
+
+    def objects_for(self, key: str) -> list[dict[str, Any]]:
+        """The objects created by operations on ``key`` (tests count them)."""
+        with self.lock:
+            return [o for o in self.objects.values() if o["key"] == key]
 
     @staticmethod
     def _reply(

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import signal
 import time
 from typing import Any
 
@@ -12,11 +14,13 @@ from django_jobs import (
     JobContext,
     PermanentError,
     RateLimitedError,
+    Reconciliation,
     RetryableError,
     SkipJob,
     job,
 )
-from testproject.testjobs.models import BusinessRow
+from testproject.demo.client import call_provider, lookup_operation
+from testproject.testjobs.models import BusinessRow, EffectLog
 
 FAST = Backoff(base=0.05, cap=0.2, jitter=0.5)
 
@@ -84,7 +88,10 @@ def sleep(ctx: JobContext, payload: dict[str, Any]) -> None:
     time.sleep(payload.get("seconds", 0.1))
 
 
-@job("test.versioned", version=3, upcasters={1: lambda p: {**p, "v2": True}, 2: lambda p: {**p, "v3": True}})
+VERSIONED_UPCASTERS = {1: lambda p: {**p, "v2": True}, 2: lambda p: {**p, "v3": True}}
+
+
+@job("test.versioned", version=3, upcasters=VERSIONED_UPCASTERS)
 def versioned(ctx: JobContext, payload: dict[str, Any]) -> None:
     BusinessRow.objects.create(
         key=f"versioned:{ctx.job_id}:{sorted(payload)}", job_id=ctx.job_id, execution_id=ctx.execution_id
@@ -161,3 +168,63 @@ def chaos(ctx: JobContext, payload: dict[str, Any]) -> None:
             )
     except IntegrityError:
         pass  # an earlier execution already did it; completing is what is left to do
+
+
+# ---- jobs for the idempotency tests -------------------------------------------------------------
+
+
+class SimulatedCrash(BaseException):
+    """Stands for a crash in in-process tests: no handler catches it, no outcome is written."""
+
+
+def _crash_here(ctx: JobContext, payload: dict[str, Any], point: str) -> None:
+    """Crash at ``point`` if the payload's ``crash_plan`` says so for this attempt.
+
+    ``crash_plan[n]`` is where attempt n + 1 dies. By default the crash is a real SIGKILL of
+    this very process, at the worst moment; ``crash_by="exception"`` simulates it in-process.
+    """
+    plan = payload.get("crash_plan", [])
+    if ctx.attempt <= len(plan) and plan[ctx.attempt - 1] == point:
+        if payload.get("crash_by") == "exception":
+            raise SimulatedCrash(point)
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+@job("test.invoice", backoff=FAST)
+def invoice(ctx: JobContext, payload: dict[str, Any]) -> None:
+    """A database-local effect recorded with a processed-effect key in the same transaction."""
+    _crash_here(ctx, payload, "before_effect")
+    with ctx.effect(f"invoice:order:{payload['order']}") as first_time:
+        if first_time:
+            EffectLog.objects.create(key=f"invoice:order:{payload['order']}", execution_id=ctx.execution_id)
+    _crash_here(ctx, payload, "after_effect")
+
+
+@job("test.charge", backoff=FAST)
+def charge(ctx: JobContext, payload: dict[str, Any]) -> None:
+    """An external effect made idempotent by a stable Idempotency-Key."""
+    _crash_here(ctx, payload, "before_effect")
+    call_provider(ctx, f"/operations/charge-{payload['order']}{payload.get('query', '')}", payload)
+    _crash_here(ctx, payload, "after_effect")
+
+
+def _reconcile_charge(ctx: JobContext, payload: dict[str, Any]) -> Reconciliation:
+    try:
+        found = lookup_operation(ctx, ctx.idempotency_key(), payload.get("lookup_query", ""))
+    except RetryableError:
+        return Reconciliation.UNKNOWN
+    return Reconciliation.DONE if found is not None else Reconciliation.NOT_DONE
+
+
+@job("test.reconciled_charge", backoff=FAST, reconcile=_reconcile_charge)
+def reconciled_charge(ctx: JobContext, payload: dict[str, Any]) -> None:
+    """An external effect whose ambiguous attempts are reconciled before being repeated."""
+    if payload.get("timeout_before_send") and ctx.attempt == 1:
+        raise RetryableError("connect timed out", code="NETWORK_TIMEOUT")
+    call_provider(ctx, f"/operations/rcharge-{payload['order']}{payload.get('query', '')}", payload)
+
+
+@job("test.unsafe_send", backoff=FAST, on_lost="needs_review")
+def unsafe_send(ctx: JobContext, payload: dict[str, Any]) -> None:
+    """An irreversible call without idempotency that got no answer: never retried blindly."""
+    raise RetryableError("no answer after sending the transfer", code="NETWORK_TIMEOUT")

@@ -13,3 +13,13 @@ class BusinessRow(models.Model):
 
     def __str__(self) -> str:
         return self.key
+
+
+class EffectLog(models.Model):
+    """A business effect with no constraint of its own: only the job's idempotency keeps it single."""
+
+    key = models.CharField(max_length=200)
+    execution_id = models.UUIDField()
+
+    def __str__(self) -> str:
+        return self.key

@@ -60,14 +60,10 @@ def test_run_at_sets_the_first_run() -> None:
 
 @pytest.mark.django_db(transaction=True)
 def test_a_rolled_back_transaction_leaves_no_job() -> None:
-    def view() -> None:
-        with transaction.atomic():
-            enqueue("test.noop", {"n": 1})
-            enqueue_many("test.noop", [{"n": 2}, {"n": 3}])
-            raise RuntimeError("the view failed after enqueueing")
-
-    with pytest.raises(RuntimeError):
-        view()
+    with pytest.raises(RuntimeError), transaction.atomic():
+        enqueue("test.noop", {"n": 1})
+        enqueue_many("test.noop", [{"n": 2}, {"n": 3}])
+        raise RuntimeError("the view failed after enqueueing")
     assert not Job.objects.exists()
 
 
