@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.db import IntegrityError, transaction
+from django.db.models.functions import Now
 
-from django_jobs import Backoff, ErrorCode, JobContext, PermanentError, job
+from django_jobs import Backoff, ErrorCode, JobContext, PermanentError, SkipJob, compare_and_set, job
 from testproject.demo.client import call_provider
-from testproject.demo.models import SentEmail
+from testproject.demo.models import Invoice, SentEmail
 
 # Short delays so the demo settles in seconds; production policies count in minutes.
 DEMO_BACKOFF = Backoff(base=0.2, cap=2.0, jitter=0.25)
@@ -16,12 +16,11 @@ DEMO_BACKOFF = Backoff(base=0.2, cap=2.0, jitter=0.25)
 
 @job("demo.send_welcome_email", queue="emails", backoff=DEMO_BACKOFF)
 def send_welcome_email(ctx: JobContext, payload: dict[str, Any]) -> None:
-    """Succeeds. The UNIQUE constraint makes a second run a no-op, not a second email."""
-    try:
-        with transaction.atomic():
+    """Succeeds. The effect is recorded with its key in the same transaction, so a second run
+    skips it; the UNIQUE constraint on SentEmail would stop a second row anyway."""
+    with ctx.effect(f"welcome-email:user:{payload['user_id']}") as first_time:
+        if first_time:
             SentEmail.objects.create(user_id=payload["user_id"], kind="welcome")
-    except IntegrityError:
-        pass  # already sent by an earlier execution of this job
 
 
 @job("demo.sync_crm_contact", queue="integrations", backoff=DEMO_BACKOFF)
@@ -32,8 +31,23 @@ def sync_crm_contact(ctx: JobContext, payload: dict[str, Any]) -> None:
 
 @job("demo.charge_invoice", queue="integrations", backoff=DEMO_BACKOFF)
 def charge_invoice(ctx: JobContext, payload: dict[str, Any]) -> None:
-    """A rate-limited provider: answers 429 with Retry-After: 1 once, then succeeds."""
-    call_provider(ctx, f"/operations/charge-{payload['invoice_id']}?fail=1&status=429&retry_after=1", payload)
+    """A rate-limited provider: answers 429 with Retry-After: 1 once, then succeeds.
+
+    The charge carries a stable Idempotency-Key, so a retry never charges twice; the invoice
+    moves waiting_payment → paid by compare-and-set, so a re-run changes nothing.
+    """
+    number = payload["invoice"]
+    charge = call_provider(ctx, f"/operations/charge-{number}?fail=1&status=429&retry_after=1", payload)
+    moved = compare_and_set(
+        Invoice.objects.filter(number=number),
+        "status",
+        Invoice.Status.WAITING_PAYMENT,
+        Invoice.Status.PAID,
+        charge_id=charge["id"],
+        paid_at=Now(),
+    )
+    if not moved and not Invoice.objects.filter(number=number, status=Invoice.Status.PAID).exists():
+        raise SkipJob(f"invoice {number} no longer exists")
 
 
 @job("demo.generate_report", queue="reports", backoff=DEMO_BACKOFF)

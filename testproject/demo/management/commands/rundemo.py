@@ -17,6 +17,7 @@ from django.db.models import Count, Min
 from django_jobs import enqueue, enqueue_many
 from django_jobs.models import Job, JobEvent
 from django_jobs.states import ACTIVE_STATUSES, JobStatus
+from testproject.demo.models import Invoice
 from testproject.demo.provider import FakeProvider
 
 DEMO_TYPES = [
@@ -43,18 +44,20 @@ class Command(BaseCommand):
         finally:
             provider.stop()
         self.print_summary(since)
+        invoices = Invoice.objects.filter(number__startswith=f"{self.run}-")
+        paid = invoices.filter(status=Invoice.Status.PAID).count()
+        self.stdout.write(f"\nInvoices paid: {paid} of {invoices.count()}, each by exactly one charge.")
         self.print_admin_hint()
 
     def enqueue_demo_jobs(self) -> int:
         last = Job.objects.order_by("-id").values_list("id", flat=True).first() or 0
-        run = int(time.time())
+        run = self.run = int(time.time() * 1000)
         # As a view would: the jobs commit together with the business change, or not at all.
         with transaction.atomic():
             enqueue_many("demo.send_welcome_email", [{"user_id": run * 100 + i} for i in range(40)])
             enqueue_many("demo.sync_crm_contact", [{"contact_id": f"{run}-{i}"} for i in range(6)])
-            enqueue_many(
-                "demo.charge_invoice", [{"invoice_id": f"{run}-{i}", "amount_cents": 1999} for i in range(4)]
-            )
+            invoices = [Invoice.objects.create(number=f"{run}-{i}", amount_cents=1999) for i in range(4)]
+            enqueue_many("demo.charge_invoice", [{"invoice": invoice.number} for invoice in invoices])
             enqueue_many("demo.generate_report", [{"report_id": i + 1} for i in range(5)])
             enqueue("demo.generate_report", {"report_id": "last-week"})  # invalid: fails permanently
             enqueue("demo.generate_report", {})  # invalid too
