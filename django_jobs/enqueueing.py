@@ -35,20 +35,27 @@ from django_jobs.states import ACTIVE_STATUSES
 TypeRef = str | Callable[..., Any]
 UniqueKey = str | Callable[[dict[str, Any]], str | None] | None
 
-_ROWS_PER_INSERT = 1000
+_ROWS_PER_INSERT = 5000
 _MAX_UNIQUE_KEY = 200
 
 
 @dataclass(frozen=True, slots=True)
-class _Row:
+class _Options:
+    """What every job of one call shares."""
+
     queue: str
     type: str
     version: int
-    payload: str  # already encoded JSON
     priority: int
     run_at: dt.datetime | None
     delay: float
     max_attempts: int
+
+
+@dataclass(frozen=True, slots=True)
+class _Item:
+    payload: dict[str, Any]
+    encoded: str  # the payload as JSON text, validated
     unique_key: str | None
 
 
@@ -102,8 +109,8 @@ def enqueue_many(
     Raises like :func:`enqueue` — for the first bad payload, with its index — before writing.
     """
     job_type = _resolve_type(type_or_handler)
-    common = _validate_options(job_type, queue, priority, run_at, delay, max_attempts)
-    rows: list[_Row] = []
+    options = _validate_options(job_type, queue, priority, run_at, delay, max_attempts)
+    items: list[_Item] = []
     for index, payload in enumerate(payloads):
         try:
             encoded = encode_payload(payload)
@@ -113,10 +120,10 @@ def enqueue_many(
             if index == 0 and isinstance(payloads, Sequence) and len(payloads) == 1:
                 raise
             raise type(exc)(f"payload #{index}: {exc}") from exc
-        rows.append(_Row(payload=encoded, unique_key=key, **common))
-    if not rows:
+        items.append(_Item(payload, encoded, key))
+    if not items:
         return []
-    return _insert(rows)
+    return _insert(options, items)
 
 
 # ---- validation -----------------------------------------------------------------------------
@@ -140,7 +147,7 @@ def _validate_options(
     run_at: dt.datetime | None,
     delay: float | dt.timedelta | None,
     max_attempts: int | None,
-) -> dict[str, Any]:
+) -> _Options:
     queue = job_type.default_queue if queue is None else queue
     if not isinstance(queue, str) or not QUEUE_RE.match(queue):
         raise InvalidOption(f"invalid queue {queue!r}: 1-100 letters, digits and _ . : -")
@@ -169,15 +176,7 @@ def _validate_options(
             raise InvalidOption(f"delay must be seconds or a timedelta, not {type(delay).__name__}")
         if not math.isfinite(seconds) or seconds < 0:
             raise InvalidOption(f"delay must be a finite number of seconds >= 0, not {delay!r}")
-    return {
-        "queue": queue,
-        "type": job_type.name,
-        "version": job_type.version,
-        "priority": priority,
-        "run_at": run_at,
-        "delay": seconds,
-        "max_attempts": max_attempts,
-    }
+    return _Options(queue, job_type.name, job_type.version, priority, run_at, seconds, max_attempts)
 
 
 def _validate_unique_key(key: object) -> None:
@@ -237,19 +236,23 @@ _FIELDS = Job._meta.concrete_fields
 _COLUMNS: list[str] = [str(f.column) for f in _FIELDS]
 _ATTNAMES = [f.attname for f in _FIELDS]
 _ACTIVE = ", ".join(f"'{status}'" for status in sorted(ACTIVE_STATUSES))
-_VALUES_ROW = (
-    "(%s, %s, %s, %s::jsonb, 'pending', %s,"
-    " COALESCE(%s::timestamptz, now() + make_interval(secs => %s)), 0, %s, %s)"
-)
+
+# One statement per chunk, whatever its size: the shared options are scalars and the per-job
+# values two arrays, so neither the SQL text nor its parsing grows with the batch (a VALUES
+# list of thousands of placeholders costs more on the client than the INSERT on the server).
 # ON CONFLICT names the partial unique index by its columns and predicate: a job whose key is
 # held by an active job of its type is not inserted, and the caller gets the holder instead.
+# RETURNING follows the order of unnest(), as Django's own bulk_create relies on.
 _INSERT = (
     "INSERT INTO django_jobs_job"
     " (queue, type, version, payload, status, priority, available_at, attempts, max_attempts, unique_key)"
-    " VALUES {values}"
+    " SELECT %(queue)s, %(type)s, %(version)s, r.payload::jsonb, 'pending', %(priority)s,"
+    " COALESCE(%(run_at)s::timestamptz, now() + make_interval(secs => %(delay)s)), 0, %(max_attempts)s,"
+    " r.unique_key"
+    " FROM unnest(%(payloads)s::text[], %(keys)s::text[]) AS r(payload, unique_key)"
     " ON CONFLICT (type, unique_key)"
     f" WHERE status IN ({_ACTIVE}) AND unique_key IS NOT NULL DO NOTHING"
-    " RETURNING " + ", ".join(_COLUMNS)
+    " RETURNING id, unique_key, available_at, created_at"
 )
 _SELECT_HOLDERS = (
     "SELECT " + ", ".join(_COLUMNS) + " FROM django_jobs_job"
@@ -257,77 +260,102 @@ _SELECT_HOLDERS = (
 )
 
 
-def _insert(rows: list[_Row]) -> list[Job]:
+def _insert(options: _Options, items: list[_Item]) -> list[Job]:
     alias = jobs_settings.DATABASE
-    connection = connections[alias]
-    result: list[Job | None] = [None] * len(rows)
+    result: list[Job | None] = [None] * len(items)
     # One INSERT is atomic by itself; several (a large enqueue_many) share a transaction, so
     # the call is all or nothing even in autocommit mode.
-    atomic = transaction.atomic(using=alias) if len(rows) > _ROWS_PER_INSERT else nullcontext()
-    with atomic, connection.cursor() as cursor:
-        todo = list(range(len(rows)))
+    atomic = transaction.atomic(using=alias) if len(items) > _ROWS_PER_INSERT else nullcontext()
+    with atomic, connections[alias].cursor() as cursor:
+        # Rows without a key first: none of them can be dropped by ON CONFLICT, so RETURNING
+        # lines up with them one to one; keyed rows are matched by their key.
+        todo = [i for i, item in enumerate(items) if item.unique_key is None]
+        todo += [i for i, item in enumerate(items) if item.unique_key is not None]
         # A key's holder can finish between our INSERT and our SELECT; then we insert again.
         while todo:
-            inserted = _insert_rows(cursor, alias, [rows[i] for i in todo])
-            by_key: dict[str | None, Job] = {}
-            waiting: list[int] = []
-            position = iter(inserted)
+            returned = iter(_insert_chunks(cursor, options, [items[i] for i in todo]))
+            by_key: dict[str, tuple[Any, ...]] = {}
+            keyed: list[int] = []
             for i in todo:
-                if rows[i].unique_key is None:
-                    result[i] = next(position)
-                    continue
-                waiting.append(i)
-            # Inserted rows with keys come back in input order; match them by key.
-            for job in position:
-                by_key[job.unique_key] = job
-            still_missing: list[int] = []
-            for i in waiting:
-                key = rows[i].unique_key
-                if key in by_key:
-                    result[i] = by_key[key]
+                if items[i].unique_key is None:
+                    result[i] = _new_job(alias, options, items[i], next(returned))
                 else:
-                    still_missing.append(i)
-            todo = _fill_from_holders(cursor, alias, rows, still_missing, result)
+                    keyed.append(i)
+            for row in returned:
+                by_key[row[1]] = row
+            missing: list[int] = []
+            created: dict[str, Job] = {}  # a key repeated within the batch: the first item won
+            for i in keyed:
+                key = items[i].unique_key or ""
+                if key in created:
+                    result[i] = created[key]
+                elif key in by_key:
+                    result[i] = created[key] = _new_job(alias, options, items[i], by_key[key])
+                else:
+                    missing.append(i)
+            todo = _fill_from_holders(cursor, alias, options, items, missing, result)
     return [job for job in result if job is not None]
 
 
-def _insert_rows(cursor: Any, alias: str, rows: list[_Row]) -> list[Job]:
-    # Rows without a key first, so RETURNING (which follows VALUES order for a plain INSERT)
-    # lines up with them one to one; keyed rows may be dropped by ON CONFLICT.
-    ordered = [r for r in rows if r.unique_key is None] + [r for r in rows if r.unique_key is not None]
-    jobs: list[Job] = []
-    for start in range(0, len(ordered), _ROWS_PER_INSERT):
-        chunk = ordered[start : start + _ROWS_PER_INSERT]
-        params: list[Any] = []
-        for r in chunk:
-            params += [
-                r.queue,
-                r.type,
-                r.version,
-                r.payload,
-                r.priority,
-                r.run_at,
-                r.delay,
-                r.max_attempts,
-                r.unique_key,
-            ]
-        cursor.execute(_INSERT.format(values=", ".join([_VALUES_ROW] * len(chunk))), params)
-        jobs += [_job_from_row(alias, row) for row in cursor.fetchall()]
-    return jobs
+def _insert_chunks(cursor: Any, options: _Options, items: list[_Item]) -> list[tuple[Any, ...]]:
+    rows: list[tuple[Any, ...]] = []
+    for start in range(0, len(items), _ROWS_PER_INSERT):
+        chunk = items[start : start + _ROWS_PER_INSERT]
+        cursor.execute(
+            _INSERT,
+            {
+                "queue": options.queue,
+                "type": options.type,
+                "version": options.version,
+                "priority": options.priority,
+                "run_at": options.run_at,
+                "delay": options.delay,
+                "max_attempts": options.max_attempts,
+                "payloads": [item.encoded for item in chunk],
+                "keys": [item.unique_key for item in chunk],
+            },
+        )
+        rows += cursor.fetchall()
+    return rows
+
+
+def _new_job(alias: str, options: _Options, item: _Item, returned: tuple[Any, ...]) -> Job:
+    """The inserted row as a model instance, from what we sent and what the database computed."""
+    job_id, unique_key, available_at, created_at = returned
+    values = {
+        "id": job_id,
+        "queue": options.queue,
+        "type": options.type,
+        "version": options.version,
+        "payload": item.payload,
+        "status": "pending",
+        "priority": options.priority,
+        "available_at": available_at,
+        "attempts": 0,
+        "max_attempts": options.max_attempts,
+        "unique_key": unique_key,
+        "created_at": created_at,
+    }
+    return Job.from_db(alias, _ATTNAMES, [values.get(name) for name in _ATTNAMES])
 
 
 def _fill_from_holders(
-    cursor: Any, alias: str, rows: list[_Row], missing: list[int], result: list[Job | None]
+    cursor: Any,
+    alias: str,
+    options: _Options,
+    items: list[_Item],
+    missing: list[int],
+    result: list[Job | None],
 ) -> list[int]:
-    """Point deduplicated rows at the active job holding their key; return rows to insert again."""
+    """Point deduplicated items at the active job holding their key; return items to insert again."""
     if not missing:
         return []
-    keys = sorted({key for i in missing if (key := rows[i].unique_key) is not None})
-    cursor.execute(_SELECT_HOLDERS, [rows[missing[0]].type, keys])
+    keys = sorted({key for i in missing if (key := items[i].unique_key) is not None})
+    cursor.execute(_SELECT_HOLDERS, [options.type, keys])
     holders = {job.unique_key: job for job in (_job_from_row(alias, r) for r in cursor.fetchall())}
     retry: list[int] = []
     for i in missing:
-        holder = holders.get(rows[i].unique_key)
+        holder = holders.get(items[i].unique_key)
         if holder is None:
             retry.append(i)
         else:
