@@ -27,8 +27,10 @@ logger = logging.getLogger("django_jobs.heartbeat")
 class Heartbeat:
     """A daemon thread beating for the leases ``held()`` returns."""
 
-    def __init__(self, held: Callable[[], list[Lease]]) -> None:
+    def __init__(self, held: Callable[[], list[Lease]], report: Callable[[], None] | None = None) -> None:
         self._held = held
+        self._report = report
+        self._last_report = 0.0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="django_jobs-heartbeat", daemon=True)
         self._warned_deadline: set[int] = set()
@@ -73,6 +75,12 @@ class Heartbeat:
             while not self._stop.wait(self._tick()):
                 try:
                     self.beat_once()
+                    if (
+                        self._report
+                        and time.monotonic() - self._last_report >= jobs_settings.HEARTBEAT_INTERVAL
+                    ):
+                        self._report()
+                        self._last_report = time.monotonic()
                 except DatabaseFailure as exc:
                     # Leases keep their last known state: the database decides ownership when
                     # it answers again, and a beat that comes too late is reported as lost.

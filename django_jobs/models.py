@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.db import models
+from django.db import connections, models
 from django.db.models import Q
 from django.db.models.functions import Now
 
@@ -30,6 +30,30 @@ class JobQuerySet(models.QuerySet["Job"]):
 
     def failed(self) -> JobQuerySet:
         return self.filter(status=JobStatus.FAILED)
+
+    def stale(self) -> JobQuerySet:
+        """Running jobs whose lease expired: their worker is presumed lost (the reaper's prey)."""
+        return self.filter(status=JobStatus.RUNNING, lease_expires_at__lt=Now())
+
+    def distinct_values(self, column: str) -> list[str]:
+        """The distinct non-null values of an indexed column, by a loose index scan.
+
+        ``SELECT DISTINCT`` would read every row; this jumps from one value to the next through
+        the column's index, so it costs one index probe per distinct value on any table size.
+        """
+        if column not in _DISTINCT_COLUMNS:
+            raise ValueError(f"no index serves distinct values of {column!r}")
+        sql = (
+            f"WITH RECURSIVE v AS (SELECT min({column}) AS value FROM django_jobs_job"
+            f" UNION ALL SELECT (SELECT min({column}) FROM django_jobs_job WHERE {column} > v.value)"
+            " FROM v WHERE v.value IS NOT NULL) SELECT value FROM v WHERE value IS NOT NULL"
+        )
+        with connections[self.db].cursor() as cursor:
+            cursor.execute(sql)
+            return [row[0] for row in cursor.fetchall()]
+
+
+_DISTINCT_COLUMNS = frozenset({"queue", "type", "last_error_code"})
 
 
 class Job(models.Model):
@@ -67,6 +91,11 @@ class Job(models.Model):
     progress = models.JSONField(null=True, blank=True)
     checkpoint = models.JSONField(null=True, blank=True)
 
+    # Manual retries by operators; each one is also a JobEvent with who and why.
+    manual_retries = models.PositiveIntegerField(db_default=0)
+    retried_by = models.CharField(max_length=150, null=True, blank=True)
+    retried_at = models.DateTimeField(null=True, blank=True)
+
     created_at = models.DateTimeField(db_default=Now())
     completed_at = models.DateTimeField(null=True, blank=True)
     failed_at = models.DateTimeField(null=True, blank=True)
@@ -78,6 +107,11 @@ class Job(models.Model):
 
     class Meta:
         ordering = ("-id",)
+        permissions = (
+            ("retry_job", "Can retry failed, cancelled and parked jobs"),
+            ("cancel_job", "Can cancel pending and running jobs"),
+            ("resolve_job", "Can resolve jobs that need review"),
+        )
         indexes = (
             # The claim of a worker that serves named queues: one ordered index scan per queue,
             # whatever the number of finished rows (they are not in the index).
@@ -108,6 +142,19 @@ class Job(models.Model):
                 fields=["status", "finished_at"],
                 name="django_jobs_finished",
                 condition=Q(finished_at__isnull=False),
+            ),
+            # The operator console: each list filter reads the newest rows first through one
+            # of these, on a table of millions.
+            models.Index(fields=["status", "-id"], name="django_jobs_status"),
+            models.Index(fields=["type", "-id"], name="django_jobs_type"),
+            models.Index(fields=["queue", "-id"], name="django_jobs_queue"),
+            models.Index(
+                fields=["last_error_code", "-id"],
+                name="django_jobs_error_code",
+                condition=Q(last_error_code__isnull=False),
+            ),
+            models.Index(
+                fields=["unique_key"], name="django_jobs_unique_key", condition=Q(unique_key__isnull=False)
             ),
         )
         constraints = (
@@ -156,7 +203,11 @@ class JobEvent(models.Model):
 
     class Meta:
         ordering = ("job_id", "id")
-        indexes = (models.Index(fields=["job", "id"], name="django_jobs_event_job"),)
+        indexes = (
+            models.Index(fields=["job", "id"], name="django_jobs_event_job"),
+            # The dashboard's retry rate and recent activity.
+            models.Index(fields=["kind", "created_at"], name="django_jobs_event_kind"),
+        )
 
     def __str__(self) -> str:
         return f"{self.kind} job={self.job_id} {self.from_status}→{self.to_status}"
@@ -181,3 +232,27 @@ class ProcessedEffect(models.Model):
 
     def __str__(self) -> str:
         return self.key
+
+
+class LiveWorker(models.Model):
+    """A ``runjobs`` process, as it last reported itself (every heartbeat interval).
+
+    Rows of workers that stopped cleanly are removed on exit; a row whose ``last_seen_at`` is
+    old belongs to a worker that died or froze.
+    """
+
+    worker_id = models.CharField(max_length=200, primary_key=True)
+    hostname = models.CharField(max_length=255)
+    pid = models.PositiveIntegerField()
+    queues = models.CharField(max_length=500, help_text="Served queues; empty means all.")
+    concurrency = models.PositiveIntegerField()
+    running = models.PositiveIntegerField(default=0, help_text="Jobs held at the last report.")
+    processed = models.PositiveBigIntegerField(default=0)
+    started_at = models.DateTimeField(db_default=Now())
+    last_seen_at = models.DateTimeField(db_default=Now())
+
+    class Meta:
+        ordering = ("worker_id",)
+
+    def __str__(self) -> str:
+        return self.worker_id

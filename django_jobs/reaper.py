@@ -16,6 +16,7 @@ is safe in many processes at once (SKIP LOCKED, guarded updates) and uses databa
 
 from __future__ import annotations
 
+import datetime as dt
 import logging
 import random
 import threading
@@ -23,10 +24,12 @@ from dataclasses import dataclass, field
 
 from django.db import Error as DatabaseFailure
 from django.db import connections
+from django.db.models.functions import Now
 
 from django_jobs import transitions
 from django_jobs.backoff import Random
 from django_jobs.conf import jobs_settings
+from django_jobs.models import LiveWorker
 from django_jobs.registry import default_backoff, registry
 from django_jobs.states import JobStatus
 from django_jobs.transitions import Expired, Recovery
@@ -102,9 +105,16 @@ def prune(limit_per_status: int = 10 * BATCH) -> dict[str, int]:
     return counts
 
 
+def forget_silent_workers() -> int:
+    """Remove workers that have not reported for a day (killed without a chance to say so)."""
+    return LiveWorker.objects.filter(last_seen_at__lt=Now() - dt.timedelta(days=1)).delete()[0]
+
+
 def run_once() -> ReapResult:
     """One pass: recover expired leases, then apply retention."""
-    return ReapResult(recovered=recover(), pruned=prune())
+    result = ReapResult(recovered=recover(), pruned=prune())
+    forget_silent_workers()
+    return result
 
 
 class ReaperLoop(threading.Thread):

@@ -63,6 +63,9 @@ class JobType:
     #: first (ask ``reconcile`` what happened), or park it in "needs_review" for a human.
     on_lost: str = "retry"
     reconcile: Reconciler | None = None
+    #: Seconds within which a job of this type should start; older pending jobs are shown as
+    #: SLA breaches on the dashboard.
+    sla: float | None = None
 
     @property
     def default_queue(self) -> str:
@@ -141,6 +144,7 @@ def job(
     heartbeat: bool = True,
     on_lost: str | None = None,
     reconcile: Reconciler | None = None,
+    sla: float | None = None,
 ) -> Callable[[H], H]:
     """Register the decorated ``handler(ctx, payload)`` as job type ``name``.
 
@@ -164,6 +168,8 @@ def job(
     on_lost = on_lost or ("reconcile" if reconcile is not None else "retry")
     if on_lost not in ON_LOST_CHOICES:
         raise ValueError(f"on_lost must be one of {', '.join(ON_LOST_CHOICES)}")
+    if sla is not None and not sla > 0:
+        raise ValueError("sla must be > 0 seconds")
     if on_lost == "reconcile" and reconcile is None:
         raise ValueError('on_lost="reconcile" needs a reconcile function')
 
@@ -183,6 +189,7 @@ def job(
                 heartbeat=heartbeat,
                 on_lost=on_lost,
                 reconcile=reconcile,
+                sla=sla,
             )
         )
         handler.job_name = name  # type: ignore[attr-defined]  # lets enqueue(handler, ...) work

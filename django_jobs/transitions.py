@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from django.db import connections, transaction
+from django.db import IntegrityError, connections, transaction
 
 from django_jobs.conf import jobs_settings
 from django_jobs.states import EventKind, JobStatus
@@ -345,6 +345,112 @@ def cancel(job_id: int, *, actor: str | None = None, reason: str | None = None) 
     return CancelResult.NOT_CANCELLABLE
 
 
+# ---- operators' actions ---------------------------------------------------------------------
+
+RETRYABLE_BY_OPERATOR = (JobStatus.FAILED, JobStatus.CANCELLED, JobStatus.NEEDS_REVIEW)
+
+
+class ActionRefused(Exception):
+    """An operator's action cannot apply to this job (its state changed, or a rule forbids it)."""
+
+
+# The old row is locked first so the event can say which state the job left.
+_MANUAL_RETRY = """
+WITH old AS (
+    SELECT id, status, attempts FROM django_jobs_job
+    WHERE id = %(id)s AND status IN ('failed', 'cancelled', 'needs_review')
+    FOR UPDATE
+), moved AS (
+    UPDATE django_jobs_job j SET
+        status = 'pending', attempts = 0, available_at = now(), finished_at = NULL,
+        cancel_requested_at = NULL, worker_id = NULL, execution_id = NULL, heartbeat_at = NULL,
+        lease_expires_at = NULL, manual_retries = j.manual_retries + 1, retried_by = %(actor)s,
+        retried_at = now()
+    FROM old WHERE j.id = old.id AND j.status = old.status
+    RETURNING j.id, old.status, old.attempts, j.manual_retries
+), events AS (
+    INSERT INTO django_jobs_jobevent (job_id, kind, from_status, to_status, attempt, actor, reason, details)
+    SELECT id, 'manual_retry', status, 'pending', attempts, %(actor)s, %(reason)s,
+           jsonb_build_object('manual_retries', manual_retries)
+    FROM moved
+)
+SELECT id, status FROM moved
+"""
+
+
+def manual_retry(job_id: int, *, actor: str, reason: str) -> str:
+    """An operator's retry: a failed, cancelled or parked job becomes pending with a fresh
+    attempt budget. Returns the status it left.
+
+    Raises ``ActionRefused`` if the job is in another state, or if another active job of its
+    type holds its unique key (the retry would run the same work twice at once).
+    """
+    alias = jobs_settings.DATABASE
+    try:
+        with transaction.atomic(using=alias), connections[alias].cursor() as cursor:
+            cursor.execute(_MANUAL_RETRY, {"id": job_id, "actor": actor, "reason": reason})
+            row = cursor.fetchone()
+    except IntegrityError as exc:
+        raise ActionRefused(
+            f"job {job_id} was not retried: another pending or running job of its type holds its unique key"
+        ) from exc
+    if row is None:
+        raise ActionRefused(f"job {job_id} was not retried: only failed, cancelled or parked jobs can be")
+    return str(row[1])
+
+
+_RESOLVE = """
+WITH moved AS (
+    UPDATE django_jobs_job SET
+        status = %(to)s, finished_at = now(),
+        completed_at = CASE WHEN %(to)s = 'completed' THEN now() ELSE completed_at END,
+        failed_at = CASE WHEN %(to)s = 'failed' THEN now() ELSE failed_at END
+    WHERE id = %(id)s AND status = 'needs_review'
+    RETURNING id, attempts
+), events AS (
+    INSERT INTO django_jobs_jobevent (job_id, kind, from_status, to_status, attempt, actor, reason)
+    SELECT id, 'resolved', 'needs_review', %(to)s, attempts, %(actor)s, %(reason)s FROM moved
+)
+SELECT id FROM moved
+"""
+
+
+def resolve(job_id: int, *, to: str, actor: str, reason: str) -> None:
+    """Close a ``needs_review`` job after a human checked it: ``to`` is completed or failed.
+
+    Raises ``ActionRefused`` if the job no longer needs review.
+    """
+    if to not in (JobStatus.COMPLETED, JobStatus.FAILED):
+        raise ValueError("a job under review is resolved as completed or failed")
+    with connections[jobs_settings.DATABASE].cursor() as cursor:
+        cursor.execute(_RESOLVE, {"id": job_id, "to": str(to), "actor": actor, "reason": reason})
+        if cursor.fetchone() is None:
+            raise ActionRefused(f"job {job_id} was not resolved: it does not need review")
+
+
+# ---- live workers ------------------------------------------------------------------------------
+
+_REPORT_WORKER = """
+INSERT INTO django_jobs_liveworker
+    (worker_id, hostname, pid, queues, concurrency, running, processed, started_at, last_seen_at)
+VALUES (%(worker_id)s, %(hostname)s, %(pid)s, %(queues)s, %(concurrency)s, %(running)s,
+        %(processed)s, now(), now())
+ON CONFLICT (worker_id) DO UPDATE SET
+    running = EXCLUDED.running, processed = EXCLUDED.processed, last_seen_at = now()
+"""
+
+
+def report_worker(**fields: Any) -> None:
+    """Record that a worker process is alive, with what it holds and has done."""
+    with connections[jobs_settings.DATABASE].cursor() as cursor:
+        cursor.execute(_REPORT_WORKER, fields)
+
+
+def forget_worker(worker_id: str) -> None:
+    with connections[jobs_settings.DATABASE].cursor() as cursor:
+        cursor.execute("DELETE FROM django_jobs_liveworker WHERE worker_id = %s", [worker_id])
+
+
 # ---- recovery of expired leases (the reaper) --------------------------------------------------
 
 
@@ -459,6 +565,7 @@ def prune(status: str, older_than: float, limit: int) -> int:
 
 
 __all__ = [
+    "ActionRefused",
     "CancelResult",
     "Claim",
     "ClaimStatement",
@@ -469,10 +576,14 @@ __all__ = [
     "Release",
     "cancel",
     "claim",
+    "forget_worker",
     "heartbeat",
+    "manual_retry",
     "prune",
     "recover_expired",
     "release",
+    "report_worker",
+    "resolve",
     "set_checkpoint",
     "set_progress",
     "write_outcomes",

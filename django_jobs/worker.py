@@ -14,6 +14,7 @@ no-op jobs costs two statements per batch while a long job is never hoarded behi
 from __future__ import annotations
 
 import collections
+import contextlib
 import logging
 import os
 import signal
@@ -136,7 +137,7 @@ class Worker:
         self._abort = threading.Event()  # second signal or grace over: release and exit
         self._avg_duration: float | None = None  # EWMA of handler run time, seconds
         self._threads: list[threading.Thread] = []
-        self._heartbeat = Heartbeat(self._held_leases)
+        self._heartbeat = Heartbeat(self._held_leases, report=self._report_alive)
         self._reaper = ReaperLoop(stop=self._stopping) if reap else None
 
     # ---- public -----------------------------------------------------------------------------
@@ -356,8 +357,25 @@ class Worker:
         self._heartbeat.stop()
         if self._reaper is not None:
             self._reaper.join()
+        # If the database is away, the dashboard shows the worker as silent until the reaper
+        # forgets it.
+        with contextlib.suppress(DatabaseFailure):
+            transitions.forget_worker(self.worker_id)
         for thread in self._threads:
             thread.join(timeout=0.1)
+
+    def _report_alive(self) -> None:
+        with self._lock:
+            running = len(self._leases)
+        transitions.report_worker(
+            worker_id=self.worker_id,
+            hostname=socket.gethostname(),
+            pid=os.getpid(),
+            queues=",".join(self.queues),
+            concurrency=self.concurrency,
+            running=running,
+            processed=sum(self.stats.outcomes.values()),
+        )
 
     def _held_leases(self) -> list[Lease]:
         with self._lock:
