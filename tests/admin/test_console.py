@@ -1,0 +1,328 @@
+"""The operator console through Django's test client: every action × every kind of user."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+from django.contrib.admin.models import LogEntry
+from django.contrib.auth.models import Permission, User
+from django.db import connection
+from django.test import Client
+from django.test.utils import CaptureQueriesContext
+
+from django_jobs.admin import ACTIONS, EXACT_COUNT_LIMIT
+from django_jobs.models import Job, JobEvent
+from django_jobs.states import EventKind, JobStatus
+from tests.factories import JobFactory
+
+pytestmark = pytest.mark.django_db
+
+LIST = "/admin/django_jobs/job/"
+DASHBOARD = "/admin/django_jobs/job/dashboard/"
+
+
+def act_url(action: str, *ids: int) -> str:
+    return f"/admin/django_jobs/job/act/{action}/?ids={','.join(map(str, ids))}"
+
+
+def staff(username: str, *codenames: str) -> User:
+    user = User.objects.create_user(username, password="pw", is_staff=True)
+    user.user_permissions.set(
+        Permission.objects.filter(content_type__app_label="django_jobs", codename__in=codenames)
+    )
+    return user
+
+
+@pytest.fixture
+def login(client: Client) -> Callable[[User | None], Client]:
+    def as_user(user: User | None) -> Client:
+        client.logout()
+        if user is not None:
+            client.force_login(user)
+        return client
+
+    return as_user
+
+
+@pytest.fixture
+def superuser() -> User:
+    return User.objects.create_superuser("root", "root@example.com", "pw")
+
+
+def job_for(action: str) -> Job:
+    """A job in a state the action applies to."""
+    if action == "retry":
+        return JobFactory(failed=True)
+    if action == "cancel":
+        return JobFactory()
+    return JobFactory(status=JobStatus.NEEDS_REVIEW, attempts=1, last_error_code="LEASE_LOST")
+
+
+EXPECTED_STATUS = {
+    "retry": JobStatus.PENDING,
+    "cancel": JobStatus.CANCELLED,
+    "resolve_completed": JobStatus.COMPLETED,
+    "resolve_failed": JobStatus.FAILED,
+}
+PERMISSION = {name: action.permission for name, action in ACTIONS.items()}
+
+
+@pytest.mark.parametrize("action", list(ACTIONS))
+@pytest.mark.parametrize("who", ["superuser", "granted", "other_permissions", "view_only", "anonymous"])
+def test_every_action_for_every_kind_of_user(
+    action: str, who: str, login: Callable[[User | None], Client], superuser: User
+) -> None:
+    job = job_for(action)
+    others = [p for p in {"retry_job", "cancel_job", "resolve_job"} if p != PERMISSION[action]]
+    user = {
+        "superuser": superuser,
+        "granted": staff("granted", "view_job", PERMISSION[action]),
+        "other_permissions": staff("others", "view_job", *others),
+        "view_only": staff("viewer", "view_job"),
+        "anonymous": None,
+    }[who]
+    before = job.status
+    client = login(user)
+    page = client.get(act_url(action, job.id))
+    assert Job.objects.get(id=job.id).status == before  # the confirmation page changes nothing
+    done = client.post(act_url(action, job.id), {"ids": str(job.id), "reason": "checked with the provider"})
+    job.refresh_from_db()
+
+    if who in ("superuser", "granted"):
+        assert page.status_code == 200 and b'name="reason"' in page.content
+        assert done.status_code == 302
+        assert job.status == EXPECTED_STATUS[action]
+        event = JobEvent.objects.filter(job=job).latest("id")
+        assert (event.actor, event.reason) == (user.username, "checked with the provider")  # type: ignore[union-attr]
+        entry = LogEntry.objects.get(object_id=str(job.id))
+        assert entry.user == user and "checked with the provider" in entry.get_change_message()
+    else:
+        expected = 302 if who == "anonymous" else 403  # anonymous: to the login page
+        assert (page.status_code, done.status_code) == (expected, expected)
+        assert job.status == before
+        assert not JobEvent.objects.filter(job=job).exists()
+        assert not LogEntry.objects.exists()
+
+
+def test_cancel_of_a_running_job_is_a_request_and_audited(
+    login: Callable[[User | None], Client], superuser: User
+) -> None:
+    job = JobFactory(running=True)
+    login(superuser).post(act_url("cancel", job.id), {"ids": str(job.id), "reason": "wrong customer"})
+    job.refresh_from_db()
+    assert job.status == JobStatus.RUNNING and job.cancel_requested_at is not None
+    assert JobEvent.objects.get(job=job).kind == EventKind.CANCEL_REQUESTED
+
+
+def test_manual_retry_records_who_and_keeps_the_history(
+    login: Callable[[User | None], Client], superuser: User
+) -> None:
+    job = JobFactory(failed=True, attempts=5)
+    login(superuser).post(act_url("retry", job.id), {"ids": str(job.id), "reason": "provider fixed"})
+    job.refresh_from_db()
+    assert (job.status, job.attempts, job.manual_retries, job.retried_by) == (JobStatus.PENDING, 0, 1, "root")
+    assert job.retried_at is not None and job.last_error_code == "UNKNOWN"  # the last error stays visible
+    event = JobEvent.objects.get(job=job)
+    assert (event.kind, event.from_status, event.attempt) == (EventKind.MANUAL_RETRY, "failed", 5)
+
+
+def test_retry_keeps_unique_keys_unique(login: Callable[[User | None], Client], superuser: User) -> None:
+    failed = JobFactory(failed=True, unique_key="invoice:9")
+    JobFactory(unique_key="invoice:9")  # a newer job with the same key is pending
+    response = login(superuser).post(
+        act_url("retry", failed.id), {"ids": str(failed.id), "reason": "again"}, follow=True
+    )
+    failed.refresh_from_db()
+    assert failed.status == JobStatus.FAILED
+    assert "holds its unique key" in response.content.decode()
+
+
+def test_actions_are_refused_for_ineligible_jobs(
+    login: Callable[[User | None], Client], superuser: User
+) -> None:
+    done = JobFactory(completed=True)
+    client = login(superuser)
+    page = client.get(act_url("retry", done.id))
+    assert "no — completed jobs are left as they are" in page.content.decode()
+    client.post(act_url("retry", done.id), {"ids": str(done.id), "reason": "try"})
+    done.refresh_from_db()
+    assert done.status == JobStatus.COMPLETED and not JobEvent.objects.exists()
+
+
+def test_every_action_needs_a_reason(login: Callable[[User | None], Client], superuser: User) -> None:
+    job = JobFactory(failed=True)
+    response = login(superuser).post(act_url("retry", job.id), {"ids": str(job.id), "reason": "  "})
+    assert response.status_code == 400 and b"Say why" in response.content
+    job.refresh_from_db()
+    assert job.status == JobStatus.FAILED
+
+
+@pytest.mark.parametrize("url", [act_url("retry") + "abc", act_url("retry"), act_url("explode", 1)])
+def test_bad_action_requests_get_a_clear_400(
+    url: str, login: Callable[[User | None], Client], superuser: User
+) -> None:
+    response = login(superuser).get(url)
+    assert response.status_code == 400
+
+
+def test_actions_need_a_csrf_token(superuser: User) -> None:
+    job = JobFactory(failed=True)
+    client = Client(enforce_csrf_checks=True)
+    client.force_login(superuser)
+    response = client.post(act_url("retry", job.id), {"ids": str(job.id), "reason": "no token"})
+    assert response.status_code == 403
+    job.refresh_from_db()
+    assert job.status == JobStatus.FAILED
+
+
+def test_bulk_retry_goes_through_the_confirmation_page(
+    login: Callable[[User | None], Client], superuser: User
+) -> None:
+    failed = JobFactory.create_batch(3, failed=True)
+    completed = JobFactory(completed=True)
+    client = login(superuser)
+    ids = [j.id for j in [*failed, completed]]
+    response = client.post(LIST, {"action": "retry_selected", "_selected_action": ids})
+    assert response.status_code == 302 and "/act/retry/?ids=" in response["Location"]
+    page = client.get(response["Location"])
+    assert "Retry 3 jobs" in page.content.decode()
+    assert all(
+        j.status == JobStatus.FAILED for j in Job.objects.filter(id__in=[f.id for f in failed])
+    )  # not yet
+    client.post(response["Location"], {"ids": ",".join(map(str, ids)), "reason": "provider back"})
+    assert Job.objects.filter(status=JobStatus.PENDING).count() == 3
+    assert Job.objects.get(id=completed.id).status == JobStatus.COMPLETED
+    assert LogEntry.objects.count() == 3
+
+
+def test_view_only_staff_sees_a_read_only_console(login: Callable[[User | None], Client]) -> None:
+    job = JobFactory(failed=True)
+    client = login(staff("viewer", "view_job"))
+    listing = client.get(LIST).content.decode()
+    assert "action-checkbox" not in listing and "retry_selected" not in listing
+    detail = client.get(f"{LIST}{job.id}/change/")
+    assert detail.status_code == 200 and 'id="job-actions"' not in detail.content.decode()
+    assert client.post(f"{LIST}{job.id}/change/", {"status": "pending"}).status_code == 403
+    assert client.get(DASHBOARD).status_code == 200
+
+
+def test_nobody_edits_payloads_or_statuses_through_a_form(
+    login: Callable[[User | None], Client], superuser: User
+) -> None:
+    job = JobFactory(failed=True, payload={"order": 1})
+    client = login(superuser)
+    detail = client.get(f"{LIST}{job.id}/change/").content.decode()
+    assert 'name="payload"' not in detail and 'name="status"' not in detail
+    assert client.post(f"{LIST}{job.id}/change/", {"payload": '{"order": 2}'}).status_code == 403
+    assert client.get(f"{LIST}add/").status_code == 403
+    assert client.post(f"{LIST}{job.id}/delete/", {"post": "yes"}).status_code == 403
+    job.refresh_from_db()
+    assert job.payload == {"order": 1} and job.status == JobStatus.FAILED
+
+
+def test_staff_without_view_permission_sees_nothing(login: Callable[[User | None], Client]) -> None:
+    client = login(staff("nobody"))
+    assert client.get(LIST).status_code == 403
+    assert client.get(DASHBOARD).status_code == 403
+
+
+def test_detail_shows_payload_error_and_history(
+    login: Callable[[User | None], Client], superuser: User
+) -> None:
+    job = JobFactory(failed=True, payload={"order": "<b>1</b>"}, last_error="RuntimeError: boom <script>")
+    JobEvent.objects.create(job=job, kind=EventKind.RETRY_SCHEDULED, error_code="PROVIDER_5XX", attempt=1)
+    page = login(superuser).get(f"{LIST}{job.id}/change/").content.decode()
+    assert "&lt;b&gt;1&lt;/b&gt;" in page and "<script>" not in page  # escaped
+    assert "PROVIDER_5XX" in page and "Retry scheduled" in page
+    assert 'id="job-actions"' in page
+
+
+def test_search_matches_ids_types_keys_and_codes_exactly(
+    login: Callable[[User | None], Client], superuser: User
+) -> None:
+    a = JobFactory(type="test.flaky", unique_key="order:7")
+    b = JobFactory(failed=True, last_error_code="AUTH_FAILED")
+    client = login(superuser)
+
+    def found(q: str) -> set[int]:
+        return set(client.get(LIST, {"q": q}).context["cl"].result_list.values_list("id", flat=True))
+
+    assert found(str(a.id)) == {a.id}
+    assert found("order:7") == {a.id}
+    assert found("test.flaky") == {a.id}
+    assert found("AUTH_FAILED") == {b.id}
+    assert found("flaky") == set()  # exact matches only: each one is an index lookup
+
+
+def test_filters_list_their_choices_from_the_indexes(
+    login: Callable[[User | None], Client], superuser: User
+) -> None:
+    JobFactory(queue="mail", type="test.flaky", failed=True, last_error_code="AUTH_FAILED")
+    JobFactory(queue="reports")
+    page = login(superuser).get(LIST).content.decode()
+    for choice in (
+        "?queue=mail",
+        "?queue=reports",
+        "?type=test.flaky",
+        "?error_code=AUTH_FAILED",
+        "?attention=stale",
+    ):
+        assert choice in page
+
+
+def test_stale_running_filter(login: Callable[[User | None], Client], superuser: User) -> None:
+    stale = JobFactory(running_stale=True)
+    JobFactory(running=True)
+    result = login(superuser).get(LIST, {"attention": "stale"}).context["cl"].result_list
+    assert [j.id for j in result] == [stale.id]
+
+
+def test_list_queries_do_not_grow_with_the_rows(
+    login: Callable[[User | None], Client], superuser: User
+) -> None:
+    client = login(superuser)
+    JobFactory.create_batch(5, failed=True)
+    with CaptureQueriesContext(connection) as few:
+        client.get(LIST)
+    JobFactory.create_batch(60, failed=True)
+    with CaptureQueriesContext(connection) as many:
+        assert client.get(LIST).status_code == 200
+    assert len(many) == len(few) <= 14
+
+
+def test_dashboard_queries_are_a_fixed_number(
+    login: Callable[[User | None], Client], superuser: User
+) -> None:
+    client = login(superuser)
+    with CaptureQueriesContext(connection) as empty:
+        client.get(DASHBOARD)
+    for queue in ("a", "b", "c"):
+        JobFactory.create_batch(3, queue=queue)
+        JobFactory(queue=queue, failed=True)
+        JobFactory(queue=queue, running_stale=True)
+    with CaptureQueriesContext(connection) as busy:
+        page = client.get(DASHBOARD)
+    assert len(busy) == len(empty) <= 20
+    content = page.content.decode()
+    assert 'class="djj-chart"' in content and 'id="queues"' in content
+    assert "?attention=stale&queue=a" in content  # stale jobs of queue a link to the list
+
+
+def test_large_lists_are_not_counted_row_by_row(
+    login: Callable[[User | None], Client], superuser: User
+) -> None:
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "INSERT INTO django_jobs_job"
+            " (queue, type, version, payload, status, priority, attempts, max_attempts)"
+            " SELECT 'default', 'test.noop', 1, '{}', 'completed', 0, 1, 5 FROM generate_series(1, %s)",
+            [EXACT_COUNT_LIMIT * 2],
+        )
+        cursor.execute("ANALYZE django_jobs_job")
+    with CaptureQueriesContext(connection) as queries:
+        page = login(superuser).get(LIST)
+    assert page.status_code == 200
+    counts = [q["sql"] for q in queries if "COUNT(" in q["sql"].upper() and "django_jobs_job" in q["sql"]]
+    assert counts == []  # the planner's estimate, not a count of 20,000 rows
+    assert page.context["cl"].result_count > EXACT_COUNT_LIMIT
