@@ -46,16 +46,15 @@ class Dashboard:
     charts: dict[str, SafeString] = field(default_factory=dict)
 
 
-_QUEUES = """
-SELECT queue,
-       count(*) FILTER (WHERE status = 'pending'),
-       count(*) FILTER (WHERE status = 'pending' AND available_at <= now()),
-       count(*) FILTER (WHERE status = 'running'),
-       count(*) FILTER (WHERE status = 'running' AND lease_expires_at < now()),
-       EXTRACT(EPOCH FROM now() - min(available_at)
-                                  FILTER (WHERE status = 'pending' AND available_at <= now()))
-FROM django_jobs_job WHERE status IN ('pending', 'running')
-GROUP BY queue
+# Each aggregate matches one partial index exactly, so PostgreSQL answers from the index.
+_PENDING = """
+SELECT queue, count(*), count(*) FILTER (WHERE available_at <= now()),
+       EXTRACT(EPOCH FROM now() - min(available_at) FILTER (WHERE available_at <= now()))
+FROM django_jobs_job WHERE status = 'pending' GROUP BY queue
+"""
+_RUNNING = """
+SELECT queue, count(*), count(*) FILTER (WHERE lease_expires_at < now())
+FROM django_jobs_job WHERE status = 'running' GROUP BY queue
 """
 _PROBLEMS = """
 SELECT queue, status, count(*) FROM django_jobs_job
@@ -81,8 +80,8 @@ WHERE status IN ('completed', 'failed', 'skipped') AND finished_at > now() - int
 """
 _DURATIONS = """
 SELECT type, count(*),
-       percentile_cont(0.5) WITHIN GROUP (ORDER BY EXTRACT(EPOCH FROM completed_at - started_at)),
-       percentile_cont(0.95) WITHIN GROUP (ORDER BY EXTRACT(EPOCH FROM completed_at - started_at))
+       percentile_cont(0.5) WITHIN GROUP (ORDER BY EXTRACT(EPOCH FROM finished_at - started_at)),
+       percentile_cont(0.95) WITHIN GROUP (ORDER BY EXTRACT(EPOCH FROM finished_at - started_at))
 FROM django_jobs_job
 WHERE status = 'completed' AND finished_at > now() - interval '1 hour'
 GROUP BY type ORDER BY type
@@ -108,9 +107,13 @@ def build() -> Dashboard:
         cursor.execute("SELECT now()")
         now = cursor.fetchone()[0]
         queues: dict[str, QueueRow] = {}
-        cursor.execute(_QUEUES)
-        for name, pending, due, running, stale, oldest in cursor.fetchall():
-            queues[name] = QueueRow(name, pending, due, running, stale, oldest_due_seconds=_float(oldest))
+        cursor.execute(_PENDING)
+        for name, pending, due, oldest in cursor.fetchall():
+            queues[name] = QueueRow(name, pending=pending, due=due, oldest_due_seconds=_float(oldest))
+        cursor.execute(_RUNNING)
+        for name, running, stale in cursor.fetchall():
+            row = queues.setdefault(name, QueueRow(name))
+            row.running, row.stale = running, stale
         cursor.execute(_PROBLEMS)
         for name, status, count in cursor.fetchall():
             row = queues.setdefault(name, QueueRow(name))

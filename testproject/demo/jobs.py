@@ -14,10 +14,11 @@ from testproject.demo.models import Invoice, SentEmail
 DEMO_BACKOFF = Backoff(base=0.2, cap=2.0, jitter=0.25)
 
 
-@job("demo.send_welcome_email", queue="emails", backoff=DEMO_BACKOFF)
+@job("demo.send_welcome_email", queue="emails", backoff=DEMO_BACKOFF, sla=300)
 def send_welcome_email(ctx: JobContext, payload: dict[str, Any]) -> None:
     """Succeeds. The effect is recorded with its key in the same transaction, so a second run
-    skips it; the UNIQUE constraint on SentEmail would stop a second row anyway."""
+    skips it; the UNIQUE constraint on SentEmail would stop a second row anyway. It should start
+    within five minutes of being due: the dashboard's SLA card counts those waiting longer."""
     with ctx.effect(f"welcome-email:user:{payload['user_id']}") as first_time:
         if first_time:
             SentEmail.objects.create(user_id=payload["user_id"], kind="welcome")
