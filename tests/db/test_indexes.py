@@ -7,8 +7,7 @@ import json
 import pytest
 from django.db import connection
 
-from django_jobs import transitions
-from django_jobs.transitions import ClaimStatement
+from django_jobs.transitions import ClaimStatement, recovery
 
 pytestmark = [pytest.mark.django_db, pytest.mark.slow]
 
@@ -52,6 +51,6 @@ def test_claim_and_reaper_searches_are_index_scans(million_rows: None) -> None:
     assert "Seq Scan on django_jobs_job" not in text
 
     # The reaper's search for expired leases.
-    text = plan(transitions._SELECT_EXPIRED, [100])
+    text = plan(recovery._SELECT_EXPIRED, [100])
     assert "django_jobs_running" in text
     assert "Seq Scan" not in text

@@ -1,0 +1,62 @@
+"""The only writer of ``Job.status``. One function per arrow of the state machine.
+
+Every write after a claim is a compare-and-set on ``(id, execution_id, status='running')``: an
+execution whose lease was taken over (a zombie) matches no row and changes nothing; callers
+learn it from the returned ids. Each arrow off the plain claim → complete path inserts its
+``JobEvent`` in the same statement, so the event exists exactly when the transition happened.
+Time is always the database's ``now()``.
+
+- ``execution``: the writes of one execution (claim, heartbeat, progress, checkpoint, outcome,
+  release) — the hot path;
+- ``operator``: what people do (cancel, manual retry, resolve), with actor and reason;
+- ``recovery``: the reaper's writes (expired leases, retention);
+- ``workers``: worker processes reporting themselves alive.
+"""
+
+from django_jobs.transitions.execution import (
+    Claim,
+    ClaimStatement,
+    Outcome,
+    Release,
+    claim,
+    heartbeat,
+    release,
+    set_checkpoint,
+    set_progress,
+    write_outcomes,
+)
+from django_jobs.transitions.operator import (
+    RETRYABLE_BY_OPERATOR,
+    ActionRefused,
+    CancelResult,
+    cancel,
+    manual_retry,
+    resolve,
+)
+from django_jobs.transitions.recovery import Expired, Recovery, prune, recover_expired
+from django_jobs.transitions.workers import forget_worker, report_worker
+
+__all__ = [
+    "RETRYABLE_BY_OPERATOR",
+    "ActionRefused",
+    "CancelResult",
+    "Claim",
+    "ClaimStatement",
+    "Expired",
+    "Outcome",
+    "Recovery",
+    "Release",
+    "cancel",
+    "claim",
+    "forget_worker",
+    "heartbeat",
+    "manual_retry",
+    "prune",
+    "recover_expired",
+    "release",
+    "report_worker",
+    "resolve",
+    "set_checkpoint",
+    "set_progress",
+    "write_outcomes",
+]

@@ -1,0 +1,137 @@
+"""What people do to jobs: cancel, retry by hand, resolve after a review. Each is recorded
+with its actor and reason."""
+
+from __future__ import annotations
+
+from django.db import IntegrityError, connections, transaction
+
+from django_jobs.conf import jobs_settings
+from django_jobs.states import JobStatus
+
+_CANCEL_PENDING = """
+WITH moved AS (
+    UPDATE django_jobs_job SET status = 'cancelled', cancel_requested_at = now(), finished_at = now()
+    WHERE id = %(id)s AND status = 'pending'
+    RETURNING id, attempts
+), events AS (
+    INSERT INTO django_jobs_jobevent (job_id, kind, from_status, to_status, attempt, actor, reason)
+    SELECT id, 'cancelled', 'pending', 'cancelled', attempts, %(actor)s, %(reason)s FROM moved
+)
+SELECT id FROM moved
+"""
+# A running job cannot be stopped from outside: its execution learns of the request from its
+# heartbeat and ends the job cancelled itself.
+_CANCEL_RUNNING = """
+WITH marked AS (
+    UPDATE django_jobs_job SET cancel_requested_at = now()
+    WHERE id = %(id)s AND status = 'running' AND cancel_requested_at IS NULL
+    RETURNING id, execution_id, worker_id, attempts
+), events AS (
+    INSERT INTO django_jobs_jobevent
+        (job_id, kind, from_status, to_status, execution_id, worker_id, attempt, actor, reason)
+    SELECT id, 'cancel_requested', 'running', 'running', execution_id, worker_id, attempts,
+           %(actor)s, %(reason)s
+    FROM marked
+)
+SELECT id FROM marked
+"""
+
+
+class CancelResult:
+    CANCELLED = "cancelled"  # it was pending: cancelled at once
+    REQUESTED = "requested"  # it is running: its execution will stop cooperatively
+    NOT_CANCELLABLE = "not_cancellable"  # finished, or cancellation already requested
+
+
+def cancel(job_id: int, *, actor: str | None = None, reason: str | None = None) -> str:
+    """Cancel a job: a pending one at once, a running one cooperatively. Returns a ``CancelResult``."""
+    params = {"id": job_id, "actor": actor, "reason": reason}
+    with connections[jobs_settings.DATABASE].cursor() as cursor:
+        cursor.execute(_CANCEL_PENDING, params)
+        if cursor.fetchall():
+            return CancelResult.CANCELLED
+        cursor.execute(_CANCEL_RUNNING, params)
+        if cursor.fetchall():
+            return CancelResult.REQUESTED
+    return CancelResult.NOT_CANCELLABLE
+
+
+RETRYABLE_BY_OPERATOR = (JobStatus.FAILED, JobStatus.CANCELLED, JobStatus.NEEDS_REVIEW)
+
+
+class ActionRefused(Exception):
+    """An operator's action cannot apply to this job (its state changed, or a rule forbids it)."""
+
+
+# The old row is locked first so the event can say which state the job left.
+_MANUAL_RETRY = """
+WITH old AS (
+    SELECT id, status, attempts FROM django_jobs_job
+    WHERE id = %(id)s AND status IN ('failed', 'cancelled', 'needs_review')
+    FOR UPDATE
+), moved AS (
+    UPDATE django_jobs_job j SET
+        status = 'pending', attempts = 0, available_at = now(), finished_at = NULL,
+        cancel_requested_at = NULL, worker_id = NULL, execution_id = NULL, heartbeat_at = NULL,
+        lease_expires_at = NULL, manual_retries = j.manual_retries + 1, retried_by = %(actor)s,
+        retried_at = now()
+    FROM old WHERE j.id = old.id AND j.status = old.status
+    RETURNING j.id, old.status, old.attempts, j.manual_retries
+), events AS (
+    INSERT INTO django_jobs_jobevent (job_id, kind, from_status, to_status, attempt, actor, reason, details)
+    SELECT id, 'manual_retry', status, 'pending', attempts, %(actor)s, %(reason)s,
+           jsonb_build_object('manual_retries', manual_retries)
+    FROM moved
+)
+SELECT id, status FROM moved
+"""
+
+
+def manual_retry(job_id: int, *, actor: str, reason: str) -> str:
+    """An operator's retry: a failed, cancelled or parked job becomes pending with a fresh
+    attempt budget. Returns the status it left.
+
+    Raises ``ActionRefused`` if the job is in another state, or if another active job of its
+    type holds its unique key (the retry would run the same work twice at once).
+    """
+    alias = jobs_settings.DATABASE
+    try:
+        with transaction.atomic(using=alias), connections[alias].cursor() as cursor:
+            cursor.execute(_MANUAL_RETRY, {"id": job_id, "actor": actor, "reason": reason})
+            row = cursor.fetchone()
+    except IntegrityError as exc:
+        raise ActionRefused(
+            f"job {job_id} was not retried: another pending or running job of its type holds its unique key"
+        ) from exc
+    if row is None:
+        raise ActionRefused(f"job {job_id} was not retried: only failed, cancelled or parked jobs can be")
+    return str(row[1])
+
+
+_RESOLVE = """
+WITH moved AS (
+    UPDATE django_jobs_job SET
+        status = %(to)s, finished_at = now(),
+        completed_at = CASE WHEN %(to)s = 'completed' THEN now() ELSE completed_at END,
+        failed_at = CASE WHEN %(to)s = 'failed' THEN now() ELSE failed_at END
+    WHERE id = %(id)s AND status = 'needs_review'
+    RETURNING id, attempts
+), events AS (
+    INSERT INTO django_jobs_jobevent (job_id, kind, from_status, to_status, attempt, actor, reason)
+    SELECT id, 'resolved', 'needs_review', %(to)s, attempts, %(actor)s, %(reason)s FROM moved
+)
+SELECT id FROM moved
+"""
+
+
+def resolve(job_id: int, *, to: str, actor: str, reason: str) -> None:
+    """Close a ``needs_review`` job after a human checked it: ``to`` is completed or failed.
+
+    Raises ``ActionRefused`` if the job no longer needs review.
+    """
+    if to not in (JobStatus.COMPLETED, JobStatus.FAILED):
+        raise ValueError("a job under review is resolved as completed or failed")
+    with connections[jobs_settings.DATABASE].cursor() as cursor:
+        cursor.execute(_RESOLVE, {"id": job_id, "to": str(to), "actor": actor, "reason": reason})
+        if cursor.fetchone() is None:
+            raise ActionRefused(f"job {job_id} was not resolved: it does not need review")

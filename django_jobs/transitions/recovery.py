@@ -1,0 +1,119 @@
+"""The reaper's writes: take back jobs whose lease expired, and prune finished jobs."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from django.db import connections, transaction
+
+from django_jobs.conf import jobs_settings
+
+
+@dataclass(frozen=True, slots=True)
+class Expired:
+    """A running job whose lease expired: its execution is presumed lost."""
+
+    id: int
+    type: str
+    execution_id: uuid.UUID
+    worker_id: str | None
+    attempt: int
+    max_attempts: int
+
+
+@dataclass(frozen=True, slots=True)
+class Recovery:
+    """What the reaper decided for one expired execution."""
+
+    expired: Expired
+    status: str  # pending, failed or needs_review
+    delay: float = 0.0
+    reason: str = ""
+
+
+_SELECT_EXPIRED = """
+SELECT id, type, execution_id, worker_id, attempts, max_attempts FROM django_jobs_job
+WHERE status = 'running' AND lease_expires_at < now()
+ORDER BY lease_expires_at LIMIT %s
+FOR UPDATE SKIP LOCKED
+"""
+_RECOVER = """
+WITH decision AS (
+    SELECT * FROM unnest(%s::bigint[], %s::uuid[], %s::text[], %s::text[], %s::float8[], %s::text[])
+        AS d(id, execution_id, worker_id, status, delay, reason)
+), moved AS (
+    UPDATE django_jobs_job j SET
+        status = d.status,
+        available_at = CASE WHEN d.status = 'pending'
+                            THEN now() + make_interval(secs => d.delay) ELSE j.available_at END,
+        failed_at = CASE WHEN d.status = 'failed' THEN now() ELSE j.failed_at END,
+        finished_at = CASE WHEN d.status = 'failed' THEN now() END,
+        last_error_code = 'LEASE_LOST',
+        last_error = d.reason,
+        worker_id = NULL, execution_id = NULL, heartbeat_at = NULL, lease_expires_at = NULL
+    FROM decision d
+    WHERE j.id = d.id AND j.execution_id = d.execution_id AND j.status = 'running'
+      AND j.lease_expires_at < now()
+    RETURNING j.id, j.attempts, d.status, d.execution_id, d.worker_id, d.reason, d.delay
+), events AS (
+    INSERT INTO django_jobs_jobevent
+        (job_id, kind, from_status, to_status, execution_id, worker_id, attempt, error_code,
+         error, actor, details)
+    SELECT id, 'recovered', 'running', status, execution_id, worker_id, attempts, 'LEASE_LOST',
+           reason, 'reaper',
+           CASE WHEN status = 'pending' THEN jsonb_build_object('retry_in', round(delay::numeric, 3)) END
+    FROM moved
+)
+SELECT id, status FROM moved
+"""
+
+
+def recover_expired(decide: Callable[[Expired], Recovery], limit: int) -> list[Recovery]:
+    """Take back up to ``limit`` running jobs whose lease expired, as ``decide`` says.
+
+    Locks the expired rows with SKIP LOCKED, so reapers in many processes split the work, and
+    moves each one only if it is still the same expired execution. Returns what was done.
+    """
+    alias = jobs_settings.DATABASE
+    with transaction.atomic(using=alias), connections[alias].cursor() as cursor:
+        cursor.execute(_SELECT_EXPIRED, [limit])
+        decisions = [decide(Expired(*row)) for row in cursor.fetchall()]
+        if not decisions:
+            return []
+        cursor.execute(
+            _RECOVER,
+            [
+                [r.expired.id for r in decisions],
+                [r.expired.execution_id for r in decisions],
+                [r.expired.worker_id for r in decisions],
+                [r.status for r in decisions],
+                [r.delay for r in decisions],
+                [r.reason for r in decisions],
+            ],
+        )
+        moved = {row[0] for row in cursor.fetchall()}
+    return [r for r in decisions if r.expired.id in moved]
+
+
+# Events go with their job (the foreign key has no ON DELETE CASCADE in the database: Django
+# emulates it, and this statement does not go through the ORM). Batches keep locks and WAL small.
+_PRUNE = """
+WITH doomed AS (
+    SELECT id FROM django_jobs_job
+    WHERE status = %s AND finished_at < now() - make_interval(secs => %s)
+    ORDER BY finished_at LIMIT %s
+    FOR UPDATE SKIP LOCKED
+), events AS (
+    DELETE FROM django_jobs_jobevent WHERE job_id IN (SELECT id FROM doomed)
+)
+DELETE FROM django_jobs_job WHERE id IN (SELECT id FROM doomed)
+"""
+
+
+def prune(status: str, older_than: float, limit: int) -> int:
+    """Delete up to ``limit`` jobs in ``status`` finished more than ``older_than`` seconds ago."""
+    with connections[jobs_settings.DATABASE].cursor() as cursor:
+        cursor.execute(_PRUNE, [status, older_than, limit])
+        return int(cursor.rowcount)
