@@ -228,3 +228,9 @@ def reconciled_charge(ctx: JobContext, payload: dict[str, Any]) -> None:
 def unsafe_send(ctx: JobContext, payload: dict[str, Any]) -> None:
     """An irreversible call without idempotency that got no answer: never retried blindly."""
     raise RetryableError("no answer after sending the transfer", code="NETWORK_TIMEOUT")
+
+
+@job("test.lease_only", heartbeat=False, lease_timeout=0.3, max_attempts=1)
+def lease_only(ctx: JobContext, payload: dict[str, Any]) -> None:
+    """Runs on its lease alone (no heartbeat): it must finish within lease_timeout."""
+    time.sleep(payload["seconds"])

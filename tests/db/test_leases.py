@@ -152,3 +152,13 @@ def test_shutdown_releases_claimed_jobs_that_never_started() -> None:
         if job.status == JobStatus.PENDING:
             assert job.attempts == 0  # a release does not count an attempt that never started
     assert not Job.objects.filter(status=JobStatus.RUNNING).exists()
+
+
+def test_a_type_without_heartbeat_runs_on_its_lease_alone() -> None:
+    quick = enqueue("test.lease_only", {"seconds": 0.05})
+    slow = enqueue("test.lease_only", {"seconds": 1.0})  # overstays its 0.3 s lease
+    worker = run_worker(reap=True, concurrency=2)
+    assert Job.objects.get(id=quick.id).status == JobStatus.COMPLETED
+    slow.refresh_from_db()
+    assert (slow.status, slow.last_error_code) == (JobStatus.FAILED, "LEASE_LOST")
+    assert worker.stats.lost == 1
