@@ -86,5 +86,8 @@ class Heartbeat:
                     # it answers again, and a beat that comes too late is reported as lost.
                     logger.warning("heartbeat failed, retrying: %s", type(exc).__name__)
                     connections[jobs_settings.DATABASE].close()
+                except Exception:
+                    # A dead heartbeat thread would let every lease of this process expire.
+                    logger.exception("heartbeat error, beating on")
         finally:
             connections.close_all()

@@ -139,5 +139,7 @@ class ReaperLoop(threading.Thread):
                 except DatabaseFailure as exc:
                     logger.warning("reaper pass failed, retrying next interval: %s", type(exc).__name__)
                     connections[jobs_settings.DATABASE].close()
+                except Exception:
+                    logger.exception("reaper pass failed, retrying next interval")
         finally:
             connections.close_all()

@@ -374,7 +374,8 @@ class Worker:
             queues=",".join(self.queues),
             concurrency=self.concurrency,
             running=running,
-            processed=sum(self.stats.outcomes.values()),
+            # dict.copy is one C call: safe while the main thread counts a new kind of outcome.
+            processed=sum(dict.copy(self.stats.outcomes).values()),
         )
 
     def _held_leases(self) -> list[Lease]:
