@@ -259,20 +259,20 @@ class Worker:
                 self._outcomes[:0] = batch
                 self._oldest_outcome_at = self._oldest_outcome_at or time.monotonic()
             raise
-        with self._lock:
+        lost: list[Outcome] = []
+        with self._lock:  # executor threads count too
             for outcome in batch:
                 self._leases.pop(outcome.job_id, None)
-        for outcome in batch:
-            if outcome.job_id in written:
-                self.stats.outcomes[outcome.status] += 1
-            else:
-                self.stats.lost += 1
-                logger.warning(
-                    "outcome discarded, lease lost id=%s execution=%s status=%s",
-                    outcome.job_id,
-                    outcome.execution_id,
-                    outcome.status,
-                )
+                if outcome.job_id in written:
+                    self.stats.outcomes[outcome.status] += 1
+                else:
+                    self.stats.lost += 1
+                    lost.append(outcome)
+        for outcome in lost:
+            logger.warning(
+                "outcome discarded, lease lost id=%s execution=%s status=%s",
+                outcome.job_id, outcome.execution_id, outcome.status,
+            )  # fmt: skip
         self.stats.last_outcome_at = time.monotonic()
 
     def _database_unavailable(self, exc: DatabaseFailure, wait: float) -> float:
