@@ -339,8 +339,8 @@ class JobAdmin(ModelAdmin):
 
     @admin.display(description="heartbeat")
     def heartbeat_age(self, job: Job) -> str:
-        if job.heartbeat_at is None:
-            return "—"
+        if job.heartbeat_at is None or job.status != JobStatus.RUNNING:
+            return "—"  # a finished job's last beat would only suggest it still runs
         return f"{_duration(timezone.now() - job.heartbeat_at)} ago ({job.heartbeat_at:%Y-%m-%d %H:%M:%S})"
 
     def change_view(

@@ -5,7 +5,7 @@ from django.apps import AppConfig
 
 class DjangoJobsConfig(AppConfig):
     name = "django_jobs"
-    verbose_name = "Jobs"
+    verbose_name = "Background jobs"
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:

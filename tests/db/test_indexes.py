@@ -52,5 +52,6 @@ def test_claim_and_reaper_searches_are_index_scans(million_rows: None) -> None:
 
     # The reaper's search for expired leases.
     text = plan(recovery._SELECT_EXPIRED, [100])
-    assert "django_jobs_running" in text
+    # With running jobs the partial index on leases serves it; with none, any index will do.
+    assert "django_jobs_running" in text or "django_jobs_status" in text
     assert "Seq Scan" not in text
