@@ -259,7 +259,7 @@ class Console:
 def test_on_call_walks_from_the_dashboard_to_a_retry(
     live_server: Any, incident: Incident, users: dict[str, User]
 ) -> None:
-    if not Path(CHROMIUM).exists():  # .ci/run installs it: CI never skips this test
+    if not Path(CHROMIUM).exists():  # ./run test installs it where it may: CI never skips this test
         missing = f"{CHROMIUM} is missing: apt-get install chromium"
         if os.environ.get("CI"):
             pytest.fail(missing)
