@@ -12,6 +12,13 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
+from django.db import InterfaceError, OperationalError
+
+#: Database errors that mean "cannot be reached right now" (down, restarting, network cut):
+#: workers wait, reconnect and carry on. Any other database error is a bug or a missing
+#: migration, and stops the worker loudly instead of retrying forever.
+DATABASE_UNAVAILABLE: tuple[type[Exception], ...] = (OperationalError, InterfaceError)
+
 
 class ErrorCode:
     """Stable codes stored in ``Job.last_error_code``; handlers may use their own strings too."""

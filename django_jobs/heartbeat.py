@@ -14,12 +14,12 @@ import threading
 import time
 from collections.abc import Callable
 
-from django.db import Error as DatabaseFailure
 from django.db import connections
 
 from django_jobs import transitions
 from django_jobs.conf import jobs_settings
 from django_jobs.context import Lease
+from django_jobs.errors import DATABASE_UNAVAILABLE
 
 logger = logging.getLogger("django_jobs.heartbeat")
 
@@ -81,7 +81,7 @@ class Heartbeat:
                     ):
                         self._report()
                         self._last_report = time.monotonic()
-                except DatabaseFailure as exc:
+                except DATABASE_UNAVAILABLE as exc:
                     # Leases keep their last known state: the database decides ownership when
                     # it answers again, and a beat that comes too late is reported as lost.
                     logger.warning("heartbeat failed, retrying: %s", type(exc).__name__)

@@ -22,13 +22,13 @@ import random
 import threading
 from dataclasses import dataclass, field
 
-from django.db import Error as DatabaseFailure
 from django.db import connections
 from django.db.models.functions import Now
 
 from django_jobs import transitions
 from django_jobs.backoff import Random
 from django_jobs.conf import jobs_settings
+from django_jobs.errors import DATABASE_UNAVAILABLE
 from django_jobs.models import LiveWorker
 from django_jobs.registry import default_backoff, registry
 from django_jobs.states import JobStatus
@@ -136,7 +136,7 @@ class ReaperLoop(threading.Thread):
                 try:
                     run_once()
                     self.passes += 1
-                except DatabaseFailure as exc:
+                except DATABASE_UNAVAILABLE as exc:
                     logger.warning("reaper pass failed, retrying next interval: %s", type(exc).__name__)
                     connections[jobs_settings.DATABASE].close()
                 except Exception:

@@ -28,12 +28,13 @@ from dataclasses import dataclass, field
 from types import FrameType
 from typing import Any
 
-from django.db import Error as DatabaseFailure  # also InterfaceError: "connection already closed"
+from django.db import Error as DatabaseError  # every database error, InterfaceError included
 from django.db import connections
 
 from django_jobs import transitions
 from django_jobs.conf import jobs_settings
 from django_jobs.context import Lease
+from django_jobs.errors import DATABASE_UNAVAILABLE
 from django_jobs.executor import execute
 from django_jobs.heartbeat import Heartbeat
 from django_jobs.reaper import ReaperLoop
@@ -188,7 +189,7 @@ class Worker:
                 self._flush_outcomes(force=False)
                 claimed = self._claim_if_room()
                 db_retry = _DB_RETRY_FIRST
-            except DatabaseFailure as exc:
+            except DATABASE_UNAVAILABLE as exc:
                 db_retry = self._database_unavailable(exc, db_retry)
                 continue
             with self._lock:
@@ -254,7 +255,7 @@ class Worker:
             batch, self._outcomes, self._oldest_outcome_at = self._outcomes, [], None
         try:
             written = transitions.write_outcomes(batch)
-        except DatabaseFailure:
+        except DatabaseError:
             with self._lock:  # keep them: they are written when the database answers again
                 self._outcomes[:0] = batch
                 self._oldest_outcome_at = self._oldest_outcome_at or time.monotonic()
@@ -275,7 +276,7 @@ class Worker:
             )  # fmt: skip
         self.stats.last_outcome_at = time.monotonic()
 
-    def _database_unavailable(self, exc: DatabaseFailure, wait: float) -> float:
+    def _database_unavailable(self, exc: Exception, wait: float) -> float:
         logger.warning("database unavailable, retrying in %.1fs: %s", wait, type(exc).__name__)
         connections[jobs_settings.DATABASE].close()
         self._stopping.wait(wait)
@@ -359,7 +360,7 @@ class Worker:
             self._reaper.join()
         # If the database is away, the dashboard shows the worker as silent until the reaper
         # forgets it.
-        with contextlib.suppress(DatabaseFailure):
+        with contextlib.suppress(DatabaseError):
             transitions.forget_worker(self.worker_id)
         for thread in self._threads:
             thread.join(timeout=0.1)
@@ -389,7 +390,7 @@ class Worker:
             try:
                 self._flush_outcomes(force=True)
                 return
-            except DatabaseFailure as exc:
+            except DATABASE_UNAVAILABLE as exc:
                 if until is None or time.monotonic() >= until:
                     logger.error(
                         "could not write %s outcome(s); the reaper will recover those jobs",
@@ -412,7 +413,7 @@ class Worker:
                 self._leases.pop(execution.job_id, None)
         try:
             released = transitions.release(executions, reason)
-        except DatabaseFailure:
+        except DatabaseError:  # best effort on the way out: the reaper recovers what is left
             logger.exception("could not release %s job(s); the reaper will recover them", len(executions))
             return
         self.stats.released += len(released)

@@ -4,15 +4,18 @@ from __future__ import annotations
 
 import json
 import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
+import psycopg
 import pytest
 
 from django_jobs import enqueue, enqueue_many
 from django_jobs.models import Job, JobEvent
 from django_jobs.states import EventKind, JobStatus
 from testproject.testjobs.models import BusinessRow
+from tests.process.workers import ROOT
 
 pytestmark = pytest.mark.django_db(transaction=True)
 Runjobs = Callable[..., subprocess.CompletedProcess[str]]
@@ -61,3 +64,27 @@ def test_runjobs_rejects_bad_arguments_clearly(runjobs: Runjobs) -> None:
         result = runjobs(*args)
         assert result.returncode != 0
         assert message in result.stderr
+
+
+def test_a_worker_on_a_database_without_the_job_tables_stops_with_a_clear_error(
+    worker_env: dict[str, str],
+) -> None:
+    # Not an outage to wait out: retrying forever would hide a deploy that forgot to migrate.
+    url = worker_env["DATABASE_URL"].rsplit("/", 1)
+    empty = f"{url[1]}_unmigrated"
+    with psycopg.connect(f"{url[0]}/postgres", autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{empty}"')
+        conn.execute(f'CREATE DATABASE "{empty}"')
+    try:
+        result = subprocess.run(
+            [sys.executable, "manage.py", "runjobs", "--burst"],
+            cwd=ROOT, env={**worker_env, "DATABASE_URL": f"{url[0]}/{empty}"},
+            capture_output=True, text=True, timeout=60, check=False,
+        )  # fmt: skip
+    finally:
+        with psycopg.connect(f"{url[0]}/postgres", autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{empty}"')
+    assert result.returncode != 0
+    assert 'relation "django_jobs_job" does not exist' in result.stderr
+    assert "unapplied migration" in result.stdout + result.stderr
+    assert "database unavailable" not in result.stderr

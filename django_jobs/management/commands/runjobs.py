@@ -37,6 +37,7 @@ def queue_name(value: str) -> str:
 
 
 class Command(BaseCommand):
+    requires_migrations_checks = True  # warn at start-up when the job tables are behind the code
     help = "Run a worker: claim and execute jobs until stopped (SIGTERM/SIGINT drains, twice exits)."
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
