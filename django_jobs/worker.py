@@ -265,7 +265,7 @@ class Worker:
             for outcome in batch:
                 self._leases.pop(outcome.job_id, None)
                 if outcome.job_id in written:
-                    self.stats.outcomes[outcome.status] += 1
+                    self.stats.outcomes[str(outcome.status)] += 1
                 else:
                     self.stats.lost += 1
                     lost.append(outcome)
