@@ -31,11 +31,6 @@ class JobStatus(models.TextChoices):
 #: A job in one of these states is live: it holds its unique key and will still run.
 ACTIVE_STATUSES: frozenset[str] = frozenset({JobStatus.PENDING, JobStatus.RUNNING})
 
-#: No worker will touch a job in one of these states again.
-FINISHED_STATUSES: frozenset[str] = frozenset(
-    {JobStatus.COMPLETED, JobStatus.FAILED, JobStatus.SKIPPED, JobStatus.CANCELLED}
-)
-
 #: The arrows of the state machine: source → the statuses it may move to.
 TRANSITIONS: dict[str, frozenset[str]] = {
     JobStatus.PENDING: frozenset({JobStatus.RUNNING, JobStatus.CANCELLED}),

@@ -63,7 +63,6 @@ class WorkerStats:
     outcomes: collections.Counter[str] = field(default_factory=collections.Counter)
     lost: int = 0
     released: int = 0
-    started_at: float = field(default_factory=time.monotonic)
     first_claim_at: float | None = None
     last_outcome_at: float | None = None
 
@@ -351,7 +350,9 @@ class Worker:
                 with self._lock:
                     self._running.clear()
                 break
-            self._flush_outcomes_patiently()
+            # While the database is away, outcomes wait in memory; the last flush below reports.
+            with contextlib.suppress(*DATABASE_UNAVAILABLE):
+                self._flush_outcomes(force=True)
             self._wake.wait(0.05)
             self._wake.clear()
         self._flush_outcomes_patiently(until=time.monotonic() + max(self.grace, 5.0))

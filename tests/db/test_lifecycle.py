@@ -230,3 +230,26 @@ def test_many_jobs_with_concurrency_all_complete_once() -> None:
     assert Job.objects.filter(status=JobStatus.COMPLETED).count() == 300
     assert BusinessRow.objects.count() == 300
     assert stats.outcomes["completed"] == 300 and stats.lost == 0
+
+
+def test_every_recorded_transition_is_an_arrow_of_the_state_machine() -> None:
+    from django_jobs.states import can_transition
+
+    enqueue("test.flaky", {"succeed_on": 2})
+    enqueue("test.permanent", {})
+    enqueue("test.skip", {})
+    enqueue("test.poison", {})
+    run_until_settled(timeout=20)
+    pairs = set(JobEvent.objects.values_list("from_status", "to_status"))
+    assert pairs >= {("running", "pending"), ("running", "failed"), ("running", "skipped")}
+    assert all(can_transition(a, b) for a, b in pairs), pairs
+    assert not can_transition("completed", "pending") and not can_transition("pending", "completed")
+
+
+def test_named_reads_select_their_status() -> None:
+    pending, running, failed = JobFactory(), JobFactory(running=True), JobFactory(failed=True)
+    JobFactory(completed=True)
+    assert [j.id for j in Job.objects.pending()] == [pending.id]
+    assert [j.id for j in Job.objects.running()] == [running.id]
+    assert [j.id for j in Job.objects.failed()] == [failed.id]
+    assert {j.id for j in Job.objects.active()} == {pending.id, running.id}
