@@ -89,3 +89,39 @@ def check_database(app_configs: Sequence[AppConfig] | None = None, **kwargs: Any
             )
         )
     return messages
+
+
+@register(Tags.compatibility)
+def check_upcasters(app_configs: Sequence[AppConfig] | None = None, **kwargs: Any) -> list[CheckMessage]:
+    """A gap in a type's upcaster chain: jobs of the versions below it could never be read."""
+    from django_jobs.registry import registry
+
+    errors: list[CheckMessage] = []
+    for job_type in sorted(registry.all(), key=lambda t: t.name):
+        oldest = job_type.oldest_readable_version
+        stranded = sorted(v for v in job_type.upcasters if v < oldest)
+        beyond = sorted(v for v in job_type.upcasters if v >= job_type.version)
+        if stranded:
+            errors.append(
+                Error(
+                    f"Job type {job_type.name!r} (version {job_type.version}) has no upcaster from "
+                    f"version {oldest - 1}, so its upcasters from version(s) "
+                    f"{', '.join(map(str, stranded))} can never be reached.",
+                    hint=f"Add upcasters[{oldest - 1}] (payload v{oldest - 1} → v{oldest}). Until "
+                    f"then, workers leave jobs older than version {oldest} pending.",
+                    obj=job_type.handler,
+                    id="django_jobs.E009",
+                )
+            )
+        if beyond:
+            errors.append(
+                Error(
+                    f"Job type {job_type.name!r} is at version {job_type.version} but has upcasters "
+                    f"from version(s) {', '.join(map(str, beyond))}.",
+                    hint="An upcaster from version v turns a v payload into v + 1; raise the type's "
+                    "version or remove the extra upcasters.",
+                    obj=job_type.handler,
+                    id="django_jobs.E010",
+                )
+            )
+    return errors

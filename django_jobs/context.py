@@ -12,13 +12,16 @@ import json
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 from django_jobs import effects, transitions
 from django_jobs.conf import jobs_settings
 from django_jobs.errors import DeadlineExceeded, JobCancelled
+
+T = TypeVar("T")
 
 
 class LeaseLost(Exception):
@@ -27,6 +30,20 @@ class LeaseLost(Exception):
     Raised by the context; the handler should let it propagate. Nothing this execution reports
     is written: the job's state belongs to the new owner.
     """
+
+
+class SideWriter(Protocol):
+    """Runs a write of the execution (heartbeat, progress, checkpoint) outside the handler's
+    own transaction, on the worker's connection, and returns its result or raises its error."""
+
+    def run(self, write: Callable[[], T]) -> T: ...
+
+
+class InlineWriter:
+    """Runs side writes on the calling thread (no worker around: tests, a shell)."""
+
+    def run(self, write: Callable[[], T]) -> T:
+        return write()
 
 
 @dataclass(eq=False)
@@ -40,12 +57,23 @@ class Lease:
     #: Whether the worker's heartbeat extends this lease (the type's ``heartbeat`` policy).
     beats: bool = True
     timeout: float | None = None
+    #: Whether the database counts this execution as started (attempt counted, start recorded):
+    #: true from the claim for a job taken for an idle thread, from the first beat or the
+    #: outcome for a prefetched one.
+    counted: bool = True
     #: Monotonic time of the last write that proved the execution alive (the claim counts).
     last_beat: float = field(default_factory=time.monotonic)
+    #: The claim's time on the monotonic clock and on the database's (epoch seconds): the
+    #: deadline a handler sees is in database time.
+    claimed: float = field(default_factory=time.monotonic)
+    claimed_db: float | None = None
     started: float | None = None  # monotonic start of the handler; None while buffered
     #: The handler returned; the lease lives on until its outcome is written (no deadline then).
     done: bool = False
     lost: bool = False
+    #: The worker gave up waiting for this execution (shutdown past its grace): no more beats,
+    #: so its lease runs out and the reaper decides; an outcome can still be written before.
+    abandoned: bool = False
     cancel_requested: bool = False
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
@@ -65,30 +93,64 @@ class Lease:
         deadline = self.deadline
         return deadline is not None and (now if now is not None else time.monotonic()) >= deadline
 
+    def running(self) -> bool:
+        """Whether the handler is executing now (started, not returned)."""
+        return self.started is not None and not self.done
+
     def beat_due(self, now: float) -> bool:
-        """Whether the heartbeat should extend this lease now (throttled to the interval)."""
+        """Whether the heartbeat should write for this execution now (throttled to the interval).
+
+        A buffered execution is not beaten for: the worker gives it back before its lease
+        runs out. A running one is, at most every ``HEARTBEAT_INTERVAL`` (or half its lease):
+        to extend its lease, or, when it may not be extended (no heartbeat for its type, past
+        its deadline), only to learn of a cancel request and to record its start.
+        """
         return (
-            self.beats
+            self.running()
             and not self.lost
-            and not self.past_deadline(now)  # a heartbeat never hides endless work
+            and not self.abandoned
             and now - self.last_beat >= min(jobs_settings.HEARTBEAT_INTERVAL, self.duration / 2)
         )
 
-    def record_beat(self, owned: bool, cancel_requested: bool, at: float) -> None:
+    def beat(self, now: float) -> transitions.Beat:
+        """This execution's entry in a heartbeat statement."""
+        extend = self.beats and not self.past_deadline(now)  # a heartbeat never hides endless work
+        ran_for = None if self.counted or self.started is None else now - self.started
+        return transitions.Beat(self.job_id, self.execution_id, self.duration if extend else 0.0, ran_for)
+
+    def record_beat(self, owned: bool, cancel_requested: bool, at: float, beat: transitions.Beat) -> None:
         with self.lock:
             if owned:
-                self.last_beat = at
+                if beat.lease > 0:
+                    self.last_beat = at
+                else:  # not extended: poll again after an interval, but the lease runs on
+                    self.last_beat = max(self.last_beat, at)
+                self.counted = self.counted or beat.ran_for is not None
                 self.cancel_requested = self.cancel_requested or cancel_requested
             else:
                 self.lost = True
+
+    def deadline_at(self) -> dt.datetime | None:
+        """The deadline in the database's time, or None."""
+        deadline = self.deadline
+        if deadline is None:
+            return None
+        base = self.claimed_db if self.claimed_db is not None else time.time()
+        return dt.datetime.fromtimestamp(base + (deadline - self.claimed), dt.UTC)
 
 
 class JobContext:
     """Passed to every handler as its first argument.
 
-    ``attempt`` counts claims, this one included (1 on the first run). ``deadline`` is the
-    wall-clock time after which the execution is treated as timed out, or ``None``; give the
-    handler's blocking calls timeouts derived from :meth:`time_left`.
+    ``attempt`` counts executions that started, this one included (1 on the first run).
+    ``deadline`` is the time (by the database's clock) after which the execution is treated as
+    timed out, or ``None``; give the handler's blocking calls timeouts derived from
+    :meth:`time_left`.
+
+    ``heartbeat()``, ``progress()`` and ``save_checkpoint()`` write through the worker's own
+    connection, not the handler's: called inside the handler's ``transaction.atomic()``, they
+    neither wait for it nor lock the job row until it commits (which would stall the
+    heartbeat of every other job of the worker), and they are durable at once.
     """
 
     def __init__(
@@ -103,6 +165,7 @@ class JobContext:
         unique_key: str | None = None,
         checkpoint: Any = None,
         lease: Lease,
+        side_writer: SideWriter | None = None,
     ) -> None:
         self.job_id = job_id
         self.type = type
@@ -114,12 +177,9 @@ class JobContext:
         #: The last checkpoint saved by an earlier execution of this job, or None.
         self.checkpoint = checkpoint
         self._lease = lease
-        deadline = self._lease.deadline
-        self.deadline: dt.datetime | None = (
-            None
-            if deadline is None
-            else dt.datetime.now(dt.UTC) + dt.timedelta(seconds=deadline - time.monotonic())
-        )
+        self._writer: SideWriter = side_writer or InlineWriter()
+        #: When the execution is treated as timed out, in the database's time; or None.
+        self.deadline: dt.datetime | None = lease.deadline_at()
         self._last_progress = 0.0
 
     @property
@@ -178,8 +238,9 @@ class JobContext:
         """
         now = time.monotonic()
         if self._lease.beat_due(now):
-            owned = transitions.heartbeat([(self.job_id, self.execution_id, self._lease.duration)])
-            self._lease.record_beat(self.job_id in owned, owned.get(self.job_id, False), now)
+            beat = self._lease.beat(now)
+            owned = self._writer.run(lambda: transitions.heartbeat([beat]))
+            self._lease.record_beat(self.job_id in owned, owned.get(self.job_id, False), now, beat)
         self.raise_if_cancelled()
 
     # ---- progress and checkpoints -------------------------------------------------------------
@@ -195,21 +256,22 @@ class JobContext:
         if not finished and now - self._last_progress < jobs_settings.PROGRESS_INTERVAL:
             return
         self._last_progress = now
-        if not transitions.set_progress(
-            self.job_id, self.execution_id, json.dumps({"done": done, "total": total})
-        ):
+        encoded = json.dumps({"done": done, "total": total})
+        if not self._writer.run(lambda: transitions.set_progress(self.job_id, self.execution_id, encoded)):
             self._lease.lost = True
             raise LeaseLost(f"job {self.job_id} is no longer owned by execution {self.execution_id}")
 
     def save_checkpoint(self, data: Any) -> None:
         """Durably store ``data``; a retry of this job starts with it in ``ctx.checkpoint``.
 
-        Save a checkpoint only after the work it stands for is itself durable (committed), or
-        a retry would skip work that never happened. Raises ``LeaseLost`` if the job is no
-        longer ours.
+        The checkpoint is committed at once, on the worker's connection, even when called
+        inside a transaction of the handler: save it only after the work it stands for is
+        itself committed, or a retry would skip work that never happened. Raises ``LeaseLost``
+        if the job is no longer ours.
         """
-        if self._lease.lost or not transitions.set_checkpoint(
-            self.job_id, self.execution_id, json.dumps(data)
+        encoded = json.dumps(data)
+        if self._lease.lost or not self._writer.run(
+            lambda: transitions.set_checkpoint(self.job_id, self.execution_id, encoded)
         ):
             self._lease.lost = True
             raise LeaseLost(f"job {self.job_id} is no longer owned by execution {self.execution_id}")

@@ -30,7 +30,7 @@ from django_jobs.errors import (
 )
 from django_jobs.models import Job
 from django_jobs.registry import PRIORITY_RANGE, QUEUE_RE, JobType, registry
-from django_jobs.states import ACTIVE_STATUSES
+from django_jobs.states import KEY_HOLDING_STATUSES
 
 TypeRef = str | Callable[..., Any]
 UniqueKey = str | Callable[[dict[str, Any]], str | None] | None
@@ -50,6 +50,7 @@ class _Options:
     run_at: dt.datetime | None
     delay: float
     max_attempts: int
+    on_lost: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,7 +76,8 @@ def enqueue(
     ``type_or_handler`` is a registered type name or a function decorated with ``@job``.
     ``run_at`` (an aware datetime) or ``delay`` (seconds or a timedelta, counted from the
     database's ``now()``) postpone the first run. With ``unique_key``, while a job of the same
-    type and key is pending or running, no new job is created and that job is returned.
+    type and key is pending, running or parked in ``needs_review``, no new job is created and
+    that job is returned.
 
     Raises ``UnknownJobType``, ``InvalidPayload``, ``PayloadTooLarge`` or ``InvalidOption``
     (all subclasses of ``EnqueueError``, itself a ``ValueError``) before writing anything.
@@ -176,7 +178,9 @@ def _validate_options(
             raise InvalidOption(f"delay must be seconds or a timedelta, not {type(delay).__name__}")
         if not math.isfinite(seconds) or seconds < 0:
             raise InvalidOption(f"delay must be a finite number of seconds >= 0, not {delay!r}")
-    return _Options(queue, job_type.name, job_type.version, priority, run_at, seconds, max_attempts)
+    return _Options(
+        queue, job_type.name, job_type.version, priority, run_at, seconds, max_attempts, job_type.on_lost
+    )
 
 
 def _validate_unique_key(key: object) -> None:
@@ -235,7 +239,7 @@ def _check_plain_json(value: object, path: str) -> None:
 _FIELDS = Job._meta.concrete_fields
 _COLUMNS: list[str] = [str(f.column) for f in _FIELDS]
 _ATTNAMES = [f.attname for f in _FIELDS]
-_ACTIVE = ", ".join(f"'{status}'" for status in sorted(ACTIVE_STATUSES))
+_HOLDING = ", ".join(f"'{status}'" for status in sorted(KEY_HOLDING_STATUSES))
 
 # One statement per chunk, whatever its size: the shared options are scalars and the per-job
 # values two arrays, so neither the SQL text nor its parsing grows with the batch (a VALUES
@@ -245,18 +249,19 @@ _ACTIVE = ", ".join(f"'{status}'" for status in sorted(ACTIVE_STATUSES))
 # RETURNING follows the order of unnest(), as Django's own bulk_create relies on.
 _INSERT = (
     "INSERT INTO django_jobs_job"
-    " (queue, type, version, payload, status, priority, available_at, attempts, max_attempts, unique_key)"
+    " (queue, type, version, payload, status, priority, available_at, attempts, max_attempts, unique_key,"
+    " on_lost)"
     " SELECT %(queue)s, %(type)s, %(version)s, r.payload::jsonb, 'pending', %(priority)s,"
     " COALESCE(%(run_at)s::timestamptz, now() + make_interval(secs => %(delay)s)), 0, %(max_attempts)s,"
-    " r.unique_key"
+    " r.unique_key, %(on_lost)s"
     " FROM unnest(%(payloads)s::text[], %(keys)s::text[]) AS r(payload, unique_key)"
     " ON CONFLICT (type, unique_key)"
-    f" WHERE status IN ({_ACTIVE}) AND unique_key IS NOT NULL DO NOTHING"
+    f" WHERE status IN ({_HOLDING}) AND unique_key IS NOT NULL DO NOTHING"
     " RETURNING id, unique_key, available_at, created_at"
 )
 _SELECT_HOLDERS = (
     "SELECT " + ", ".join(_COLUMNS) + " FROM django_jobs_job"
-    f" WHERE type = %s AND unique_key = ANY(%s) AND status IN ({_ACTIVE})"
+    f" WHERE type = %s AND unique_key = ANY(%s) AND status IN ({_HOLDING})"
 )
 
 
@@ -311,6 +316,7 @@ def _insert_chunks(cursor: Any, options: _Options, items: list[_Item]) -> list[t
                 "run_at": options.run_at,
                 "delay": options.delay,
                 "max_attempts": options.max_attempts,
+                "on_lost": options.on_lost,
                 "payloads": [item.encoded for item in chunk],
                 "keys": [item.unique_key for item in chunk],
             },
@@ -334,6 +340,7 @@ def _new_job(alias: str, options: _Options, item: _Item, returned: tuple[Any, ..
         "attempts": 0,
         "max_attempts": options.max_attempts,
         "unique_key": unique_key,
+        "on_lost": options.on_lost,
         "created_at": created_at,
     }
     return Job.from_db(alias, _ATTNAMES, [values.get(name) for name in _ATTNAMES])

@@ -33,6 +33,14 @@ class ErrorCode:
     PROVIDER_4XX = "PROVIDER_4XX"
     TIMEOUT = "TIMEOUT"
     LEASE_LOST = "LEASE_LOST"
+    #: The worker was lost before it recorded that the (prefetched) execution started.
+    LOST_UNSTARTED = "LOST_UNSTARTED"
+    #: The execution could not reach the jobs database: not the handler's failure.
+    DATABASE_UNAVAILABLE = "DATABASE_UNAVAILABLE"
+    #: What the handler reported could not be stored even after sanitising it.
+    OUTCOME_INVALID = "OUTCOME_INVALID"
+    #: The handler raised an exception that is not an ``Exception`` (SystemExit, …).
+    BASE_EXCEPTION = "BASE_EXCEPTION"
     CANCELLED = "CANCELLED"
     INTERRUPTED = "INTERRUPTED"
     RECONCILE_UNKNOWN = "RECONCILE_UNKNOWN"
@@ -41,9 +49,16 @@ class ErrorCode:
 
 
 #: The previous attempt ended without saying whether its side effect happened: lost (reaper),
-#: past its deadline, cut off waiting for an answer, or interrupted by a shutdown.
+#: past its deadline, cut off waiting for an answer, interrupted by a shutdown, or cut off from
+#: the jobs database mid-run.
 AMBIGUOUS_CODES = frozenset(
-    {ErrorCode.LEASE_LOST, ErrorCode.TIMEOUT, ErrorCode.NETWORK_TIMEOUT, ErrorCode.INTERRUPTED}
+    {
+        ErrorCode.LEASE_LOST,
+        ErrorCode.TIMEOUT,
+        ErrorCode.NETWORK_TIMEOUT,
+        ErrorCode.INTERRUPTED,
+        ErrorCode.DATABASE_UNAVAILABLE,
+    }
 )
 
 

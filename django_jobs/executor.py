@@ -1,105 +1,177 @@
 """Runs ONE claimed job and says how it ended. No loop, no signals, no status writes.
 
+Whatever the handler does, :func:`execute` returns a :class:`Finished`: it catches every
+exception, ``BaseException`` included (``SystemExit``, ``KeyboardInterrupt`` raised by a
+library, ``asyncio.CancelledError``), and even an error raised while describing the error. An
+``async def`` handler (or one that returns an awaitable) is run to completion on an event loop.
+
 The handler runs on the calling thread's own database connection, in autocommit mode: never
-inside a transaction opened for the claim, which committed before the job was handed over.
+inside a transaction opened for the claim, which committed before the job was handed over. The
+connection is kept from one job to the next (a refused connection at a crowded database must
+not be met once per job), and checked before each job: a connection the jobs database refuses
+is an outage, not the handler's failure.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import inspect
 import json
 import logging
 import time
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from django.db import connections
+from django.db import DatabaseError, connections
 
 from django_jobs.conf import jobs_settings
-from django_jobs.context import JobContext, Lease, LeaseLost
-from django_jobs.errors import AMBIGUOUS_CODES, ErrorCode, OutcomeKind, PermanentError, classify
+from django_jobs.context import JobContext, Lease, LeaseLost, SideWriter
+from django_jobs.decision import Happened, happened_for
+from django_jobs.errors import AMBIGUOUS_CODES, DATABASE_UNAVAILABLE, ErrorCode, PermanentError
 from django_jobs.registry import JobType, Reconciliation, registry
-from django_jobs.sanitize import sanitize, truncate
-from django_jobs.states import EventKind, JobStatus
-from django_jobs.transitions import Claim, Outcome
+from django_jobs.sanitize import storable_text
+from django_jobs.transitions import Claim
 
 logger = logging.getLogger("django_jobs.executor")
 
 
 @dataclass(frozen=True, slots=True)
-class Execution:
-    outcome: Outcome | None  # None: the lease was lost, there is nothing to write
-    duration: float  # seconds spent in the handler
+class Finished:
+    """How one execution ended, before any decision about the job."""
+
+    claim: Claim
+    #: None when the lease was lost: the job belongs to another execution, nothing is written.
+    happened: Happened | None
+    error_code: str | None = None
+    error: str | None = None  # sanitized and bounded
+    retry_after: float | None = None
+    details: str | None = None  # JSON text for the event (reconciliation)
+    #: Seconds from the start of the handler to its end; None if it never started.
+    ran_for: float | None = None
 
 
-def execute(claim: Claim, lease: Lease) -> Execution:
-    """Run the handler of ``claim`` and turn what happened into an :class:`Outcome`.
+def execute(claim: Claim, lease: Lease, side_writer: SideWriter | None = None) -> Finished:
+    """Run the handler of ``claim`` and say how it ended; never raises.
 
     ``lease`` is shared with the worker's heartbeat: through it the handler learns of a lost
     lease, a cancellation request or its deadline. When the previous attempt may have done its
     side effect (``AMBIGUOUS_CODES``) and the type can ``reconcile``, it is asked first.
     """
+    if not _jobs_database_reachable():
+        # Refused before the handler began (a crowded or restarting database): given back
+        # uncounted; the code tells the worker to back off.
+        return Finished(claim, Happened.NOT_STARTED, ErrorCode.DATABASE_UNAVAILABLE)
     started = time.perf_counter()
-    job_type = registry.get(claim.type)
     lease.start()
     try:
-        if job_type is None:  # the claim filters on known types; a test may unregister one
-            raise PermanentError(f"no handler for job type {claim.type!r}", code=ErrorCode.PAYLOAD_INVALID)
-        payload = decode_payload(claim, job_type)
-        ctx = JobContext(
-            job_id=claim.id,
-            type=claim.type,
-            queue=claim.queue,
-            attempt=claim.attempt,
-            max_attempts=claim.max_attempts,
-            execution_id=claim.execution_id,
-            unique_key=claim.unique_key,
-            checkpoint=_decode_json(claim.checkpoint),
-            lease=lease,
-        )
-        outcome = _reconcile(claim, job_type, ctx, payload)
-        if outcome is None:
-            job_type.handler(ctx, payload)
-            outcome = Outcome(claim.id, claim.execution_id, JobStatus.COMPLETED)
-    except LeaseLost:
-        outcome = None
-    except Exception as exc:  # every handler error becomes an outcome
-        outcome = failure_outcome(claim, job_type, exc)
+        finished = _run(claim, lease, side_writer, started)
+    except BaseException as exc:
+        finished = _failure(claim, exc, started)
     finally:
         lease.done = True
-        _drop_broken_connections()
-    if outcome is None or lease.lost:
+        _reset_connections()
+    if finished.happened is not None and lease.lost:
+        finished = Finished(claim, None, ran_for=finished.ran_for)
+    if finished.happened is None:
         # The job was taken over: its state belongs to the new owner, and the guarded write
         # would be refused anyway.
         logger.warning("lease lost id=%s execution=%s type=%s", claim.id, claim.execution_id, claim.type)
-        outcome = None
-    return Execution(outcome, time.perf_counter() - started)
+    return finished
 
 
-def _reconcile(claim: Claim, job_type: JobType, ctx: JobContext, payload: dict[str, Any]) -> Outcome | None:
+def _run(claim: Claim, lease: Lease, side_writer: SideWriter | None, started: float) -> Finished:
+    job_type = registry.get(claim.type)
+    if job_type is None:  # the claim filters on known types; a test may unregister one
+        raise PermanentError(f"no handler for job type {claim.type!r}", code=ErrorCode.PAYLOAD_INVALID)
+    payload = decode_payload(claim, job_type)
+    ctx = JobContext(
+        job_id=claim.id,
+        type=claim.type,
+        queue=claim.queue,
+        attempt=claim.attempt,
+        max_attempts=claim.max_attempts,
+        execution_id=claim.execution_id,
+        unique_key=claim.unique_key,
+        checkpoint=_decode_json(claim.checkpoint),
+        lease=lease,
+        side_writer=side_writer,
+    )
+    reconciled = _reconcile(claim, job_type, ctx, payload, started)
+    if reconciled is not None:
+        return reconciled
+    call(job_type.handler, ctx, payload)
+    return Finished(claim, Happened.COMPLETED, ran_for=time.perf_counter() - started)
+
+
+def call(function: Callable[..., Any], *args: Any) -> Any:
+    """Call ``function``; if it is a coroutine function or returns an awaitable, await it."""
+    result = function(*args)
+    if inspect.isawaitable(result):
+        return asyncio.run(_awaited(result))
+    return result
+
+
+async def _awaited(awaitable: Any) -> Any:
+    return await awaitable
+
+
+def _failure(claim: Claim, exc: BaseException, started: float) -> Finished:
+    ran_for = time.perf_counter() - started
+    if isinstance(exc, LeaseLost):
+        return Finished(claim, None, ran_for=ran_for)
+    if _caused_by_unreachable_database(exc) and not _jobs_database_reachable():
+        logger.warning(
+            "jobs database unreachable during job id=%s type=%s: released uncounted", claim.id, claim.type
+        )
+        code = ErrorCode.DATABASE_UNAVAILABLE
+        return Finished(claim, Happened.OUTAGE, code, describe(exc), ran_for=ran_for)
+    try:
+        happened, code, retry_after = happened_for(exc)
+    except BaseException:
+        happened, code, retry_after = Happened.RETRYABLE, ErrorCode.UNKNOWN, None
+    if not isinstance(exc, Exception):
+        code = ErrorCode.BASE_EXCEPTION
+    return Finished(claim, happened, code, describe(exc), retry_after, ran_for=ran_for)
+
+
+def _caused_by_unreachable_database(exc: BaseException) -> bool:
+    seen: BaseException | None = exc
+    for _ in range(10):  # a bounded walk: a chain may loop
+        if seen is None:
+            return False
+        if isinstance(seen, DATABASE_UNAVAILABLE):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
+
+
+def _reconcile(
+    claim: Claim, job_type: JobType, ctx: JobContext, payload: dict[str, Any], started: float
+) -> Finished | None:
     """Ask the type whether an ambiguous previous attempt did its effect; None: run the handler."""
     if job_type.reconcile is None or claim.last_error_code not in AMBIGUOUS_CODES:
         return None
-    answer = job_type.reconcile(ctx, payload)
+    answer = call(job_type.reconcile, ctx, payload)
+    if not isinstance(answer, Reconciliation):
+        raise TypeError(f"reconcile of {claim.type!r} must return a Reconciliation, not {answer!r}")
     logger.info("job reconciled id=%s type=%s answer=%s", claim.id, claim.type, answer.value)
     details = json.dumps({"answer": answer.value, "previous_error": claim.last_error_code})
+    ran_for = time.perf_counter() - started
     if answer is Reconciliation.DONE:
-        return Outcome(
-            claim.id, claim.execution_id, JobStatus.COMPLETED, event=EventKind.RECONCILED, details=details
-        )
+        return Finished(claim, Happened.RECONCILED_DONE, details=details, ran_for=ran_for)
     if answer is Reconciliation.UNKNOWN:
-        return Outcome(
-            claim.id,
-            claim.execution_id,
-            JobStatus.NEEDS_REVIEW,
-            error_code=ErrorCode.RECONCILE_UNKNOWN,
-            error=f"could not tell whether the side effect of the interrupted attempt happened "
+        return Finished(
+            claim,
+            Happened.RECONCILED_UNKNOWN,
+            ErrorCode.RECONCILE_UNKNOWN,
+            "could not tell whether the side effect of the interrupted attempt happened "
             f"(previous error {claim.last_error_code})",
-            event=EventKind.NEEDS_REVIEW,
             details=details,
+            ran_for=ran_for,
         )
-    if answer is not Reconciliation.NOT_DONE:
-        raise TypeError(f"reconcile of {claim.type!r} must return a Reconciliation, not {answer!r}")
     return None
 
 
@@ -117,7 +189,7 @@ def decode_payload(claim: Claim, job_type: JobType) -> dict[str, object]:
     version = claim.version
     while version < job_type.version:
         upcast = job_type.upcasters.get(version)
-        if upcast is None:
+        if upcast is None:  # the claim leaves versions its upcasters do not reach
             raise PermanentError(
                 f"no upcaster from payload version {version} of {claim.type!r}",
                 code=ErrorCode.PAYLOAD_INVALID,
@@ -138,58 +210,19 @@ def decode_payload(claim: Claim, job_type: JobType) -> dict[str, object]:
     return payload
 
 
-def failure_outcome(claim: Claim, job_type: JobType | None, exc: Exception) -> Outcome:
-    """Decide retry / fail / skip for an exception, with the sanitized error to store."""
-    decision = classify(exc)
-    retry = decision.kind is OutcomeKind.RETRY and claim.attempt < claim.max_attempts
-    details: dict[str, object] | None
-    if decision.kind is OutcomeKind.SKIP:
-        logger.info("job skipped id=%s type=%s code=%s", claim.id, claim.type, decision.code)
-        status, event, delay, details = JobStatus.SKIPPED, EventKind.SKIPPED, 0.0, None
-    elif decision.kind is OutcomeKind.CANCEL:
-        logger.info("job cancelled id=%s type=%s", claim.id, claim.type)
-        status, event, delay, details = JobStatus.CANCELLED, EventKind.CANCELLED, 0.0, None
-    elif (
-        decision.kind is OutcomeKind.RETRY
-        and decision.code in AMBIGUOUS_CODES
-        and job_type is not None
-        and job_type.on_lost == "needs_review"
-    ):
-        # The call may have gone through before the error: retrying blindly could repeat an
-        # irreversible effect.
-        logger.warning("job needs review id=%s type=%s code=%s", claim.id, claim.type, decision.code)
-        status, event, delay, details = JobStatus.NEEDS_REVIEW, EventKind.NEEDS_REVIEW, 0.0, None
-    elif retry and job_type is not None:
-        delay = job_type.retry_policy.delay(claim.attempt, retry_after=decision.retry_after)
-        logger.info(
-            "job retry scheduled id=%s type=%s attempt=%s/%s code=%s in=%.1fs",
-            claim.id, claim.type, claim.attempt, claim.max_attempts, decision.code, delay,
-        )  # fmt: skip
-        status, event, details = JobStatus.PENDING, EventKind.RETRY_SCHEDULED, {"retry_in": round(delay, 3)}
-    else:
-        reason = "permanent_error" if decision.kind is OutcomeKind.FAIL else "attempts_exhausted"
-        logger.warning(
-            "job failed id=%s type=%s attempt=%s/%s code=%s reason=%s",
-            claim.id, claim.type, claim.attempt, claim.max_attempts, decision.code, reason,
-        )  # fmt: skip
-        status, event, delay, details = JobStatus.FAILED, EventKind.FAILED, 0.0, {"reason": reason}
-    return Outcome(
-        job_id=claim.id,
-        execution_id=claim.execution_id,
-        status=status,
-        delay=delay,
-        error_code=decision.code,
-        error=describe(exc),
-        event=event,
-        details=json.dumps(details) if details is not None else None,
-    )
-
-
 def describe(exc: BaseException) -> str:
-    """The sanitized, bounded text stored for an error: message first, then the traceback."""
-    message = f"{type(exc).__name__}: {exc}"
-    trace = "".join(traceback.format_exception(exc))
-    return truncate(sanitize(f"{message}\n\n{trace}"), jobs_settings.MAX_ERROR_CHARS)
+    """The sanitized, bounded text stored for an error: message first, then the traceback.
+
+    Never raises: an exception whose ``__str__`` or traceback cannot be rendered is described
+    by its class name.
+    """
+    try:
+        message = f"{type(exc).__name__}: {exc}"
+        trace = "".join(traceback.format_exception(exc))
+        text = f"{message}\n\n{trace}"
+    except BaseException as inner:
+        text = f"{type(exc).__name__} (its description raised {type(inner).__name__})"
+    return storable_text(text, jobs_settings.MAX_ERROR_CHARS)
 
 
 def _decode_json(value: object) -> object:
@@ -197,8 +230,44 @@ def _decode_json(value: object) -> object:
     return json.loads(value) if isinstance(value, str | bytes) else value
 
 
-def _drop_broken_connections() -> None:
-    # The equivalent of Django's per-request close_old_connections(): a handler that broke its
-    # connection (or outlived CONN_MAX_AGE) must not pass it on to the next job of this thread.
+def _jobs_database_reachable() -> bool:
+    """Whether this thread's connection to the jobs database works (connecting if needed)."""
+    connection = connections[jobs_settings.DATABASE]
+    try:
+        if connection.connection is not None and connection.is_usable():
+            return True
+        connection.close()
+        connection.ensure_connection()
+        return True
+    except DatabaseError:
+        connection.close()
+        return False
+
+
+def _reset_connections() -> None:
+    """Leave this thread's connections as a new job expects them, keeping those that work.
+
+    Django's per-request ``close_old_connections()`` would close them after every job (the
+    default ``CONN_MAX_AGE`` is 0); a worker keeps them instead, and closes only a connection
+    that broke, was left in a transaction, or outlived a positive ``CONN_MAX_AGE``.
+    """
     for connection in connections.all(initialized_only=True):
-        connection.close_if_unusable_or_obsolete()
+        if connection.connection is None:
+            continue
+        leaked = connection.get_autocommit() != connection.settings_dict["AUTOCOMMIT"]
+        if connection.in_atomic_block or leaked:
+            # A handler left a transaction open (an atomic block entered and never exited):
+            # closing the connection rolls it back; the next job gets a fresh wrapper.
+            with contextlib.suppress(Exception):
+                connection.connection.close()
+            del connections[connection.alias]
+            continue
+        if connection.errors_occurred:
+            if connection.is_usable():
+                connection.errors_occurred = False
+            else:
+                connection.close()
+                continue
+        max_age = connection.settings_dict.get("CONN_MAX_AGE") or 0
+        if max_age and connection.close_at is not None and time.monotonic() >= connection.close_at:
+            connection.close()

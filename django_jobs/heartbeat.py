@@ -1,18 +1,27 @@
-"""The heartbeat: extends the leases of this process's executions, one statement per beat.
+"""The heartbeat: extends the leases of this process's executions, one statement per beat, and
+runs the executions' side writes on its own connection.
 
 A lease is extended only when it is due (``HEARTBEAT_INTERVAL`` since the last sign of life,
 or half the lease if that is shorter), only for job types that beat, and never past the
 execution's deadline: a job that runs forever loses its lease and is recovered, whatever its
-heartbeat. A beat that finds a row no longer owned marks the lease lost, which the handler
-learns from its context; a beat also brings back cancellation requests.
+heartbeat. Executions whose lease is not extended are still polled at the same pace, to learn
+of cancel requests. A beat that finds a row no longer owned marks the lease lost, which the
+handler learns from its context. A beat also records the start of prefetched executions.
+
+Side writes (``ctx.heartbeat()``, ``ctx.progress()``, ``ctx.save_checkpoint()``) are queued to
+this thread, so they never run inside a transaction the handler opened: such a transaction
+would hold the job row's lock until it commits, and the beat for every other job would wait.
 """
 
 from __future__ import annotations
 
 import logging
+import queue
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import Future
+from typing import Any, TypeVar
 
 from django.db import connections
 
@@ -23,27 +32,53 @@ from django_jobs.errors import DATABASE_UNAVAILABLE
 
 logger = logging.getLogger("django_jobs.heartbeat")
 
+T = TypeVar("T")
+
 
 class Heartbeat:
-    """A daemon thread beating for the leases ``held()`` returns."""
+    """A daemon thread beating for the leases ``held()`` returns; also the side writer."""
 
     def __init__(self, held: Callable[[], list[Lease]], report: Callable[[], None] | None = None) -> None:
         self._held = held
         self._report = report
         self._last_report = 0.0
         self._stop = threading.Event()
+        self._wake = threading.Event()
+        self._writes: queue.SimpleQueue[tuple[Callable[[], Any], Future[Any]]] = queue.SimpleQueue()
         self._thread = threading.Thread(target=self._run, name="django_jobs-heartbeat", daemon=True)
         self._warned_deadline: set[int] = set()
+        #: Monotonic time of the last turn of the loop: a stalled heartbeat is visible.
+        self.last_turn = time.monotonic()
 
     def start(self) -> None:
         self._thread.start()
 
     def stop(self) -> None:
         self._stop.set()
+        self._wake.set()
         self._thread.join(timeout=5)
 
+    def run(self, write: Callable[[], T]) -> T:
+        """Run ``write`` on the heartbeat's thread and connection; return its result or raise.
+
+        Falls back to the calling thread when the heartbeat is not running (before the start,
+        after the stop).
+        """
+        if not self._thread.is_alive() or self._stop.is_set():
+            return write()
+        future: Future[T] = Future()
+        self._writes.put((write, future))
+        self._wake.set()
+        while True:
+            try:
+                return future.result(timeout=1.0)
+            except TimeoutError:
+                # Queued just as the thread ended: nobody will take it, so write it here.
+                if not self._thread.is_alive() and future.set_running_or_notify_cancel():
+                    return write()
+
     def beat_once(self) -> int:
-        """Extend every lease that is due now; return how many were extended."""
+        """Write for every execution that is due now; return how many still own their job."""
         now = time.monotonic()
         leases = self._held()
         for lease in leases:
@@ -53,26 +88,43 @@ class Heartbeat:
                     "job past its deadline id=%s execution=%s: its lease is no longer extended",
                     lease.job_id, lease.execution_id,
                 )  # fmt: skip
-        due = [lease for lease in leases if lease.beat_due(now)]
+        due = [(lease, lease.beat(now)) for lease in leases if lease.beat_due(now)]
         if not due:
             return 0
-        owned = transitions.heartbeat((lease.job_id, lease.execution_id, lease.duration) for lease in due)
-        for lease in due:
-            lease.record_beat(lease.job_id in owned, owned.get(lease.job_id, False), now)
+        owned = transitions.heartbeat(beat for _, beat in due)
+        for lease, beat in due:
+            lease.record_beat(lease.job_id in owned, owned.get(lease.job_id, False), now, beat)
             if lease.job_id not in owned:
                 logger.warning("lease lost id=%s execution=%s", lease.job_id, lease.execution_id)
         return len(owned)
 
     def _tick(self) -> float:
         # Wake often enough to catch the shortest due lease, without spinning.
-        shortest = min(
-            [jobs_settings.HEARTBEAT_INTERVAL, *(lease.duration / 2 for lease in self._held() if lease.beats)]
-        )
+        shortest = min([jobs_settings.HEARTBEAT_INTERVAL, *(lease.duration / 2 for lease in self._held())])
         return min(1.0, max(0.01, shortest / 4))
+
+    def _side_writes(self) -> None:
+        while True:
+            try:
+                write, future = self._writes.get_nowait()
+            except queue.Empty:
+                return
+            if not future.set_running_or_notify_cancel():
+                continue
+            try:
+                future.set_result(write())
+            except BaseException as exc:
+                if isinstance(exc, DATABASE_UNAVAILABLE):
+                    connections[jobs_settings.DATABASE].close()
+                future.set_exception(exc)
 
     def _run(self) -> None:
         try:
-            while not self._stop.wait(self._tick()):
+            while not self._stop.is_set():
+                self._wake.wait(self._tick())
+                self._wake.clear()
+                self.last_turn = time.monotonic()
+                self._side_writes()
                 try:
                     self.beat_once()
                     if (
@@ -90,4 +142,5 @@ class Heartbeat:
                     # A dead heartbeat thread would let every lease of this process expire.
                     logger.exception("heartbeat error, beating on")
         finally:
+            self._side_writes()  # nobody may wait forever on a write queued at the stop
             connections.close_all()

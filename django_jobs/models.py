@@ -13,7 +13,7 @@ from django.db import connections, models
 from django.db.models import Q
 from django.db.models.functions import Now
 
-from django_jobs.states import ACTIVE_STATUSES, EventKind, JobStatus
+from django_jobs.states import ACTIVE_STATUSES, KEY_HOLDING_STATUSES, EventKind, JobStatus
 
 
 class JobQuerySet(models.QuerySet["Job"]):
@@ -67,20 +67,26 @@ class Job(models.Model):
     status = models.CharField(max_length=20, choices=JobStatus.choices, default=JobStatus.PENDING)
     priority = models.SmallIntegerField(default=0, help_text="Higher runs first (-100 … 100).")
     available_at = models.DateTimeField(db_default=Now(), help_text="Not claimed before this.")
-    attempts = models.PositiveIntegerField(default=0, help_text="Claims so far, this one included.")
+    attempts = models.PositiveIntegerField(default=0, help_text="Executions started so far.")
     max_attempts = models.PositiveIntegerField(default=5)
     unique_key = models.CharField(
         max_length=200,
         null=True,
         blank=True,
-        help_text="At most one pending or running job of this type holds a given key.",
+        help_text="At most one pending, running or parked job of this type holds a given key.",
     )
+    #: The type's policy for an execution that may have done its effect (retry, reconcile,
+    #: needs_review), copied at enqueue: whichever process recovers the job decides by it,
+    #: even one that does not know the type.
+    on_lost = models.CharField(max_length=20, db_default="retry")
 
     # Ownership of the current (or last) execution. Every write after a claim is guarded by
     # (id, execution_id, status='running'), so an execution that lost its lease changes nothing.
     worker_id = models.CharField(max_length=200, null=True, blank=True)
     execution_id = models.UUIDField(null=True, blank=True)
-    started_at = models.DateTimeField(null=True, blank=True, help_text="When the last claim was made.")
+    #: When the current (or last) execution started. NULL on a running job that was prefetched
+    #: and has not begun yet: its attempt is counted only once it starts.
+    started_at = models.DateTimeField(null=True, blank=True, help_text="When the last execution started.")
     heartbeat_at = models.DateTimeField(
         null=True, blank=True, help_text="Last sign of life of the execution."
     )
@@ -170,8 +176,8 @@ class Job(models.Model):
         constraints = (
             models.UniqueConstraint(
                 fields=["type", "unique_key"],
-                name="django_jobs_unique_active",
-                condition=Q(status__in=sorted(ACTIVE_STATUSES), unique_key__isnull=False),
+                name="django_jobs_unique_key_held",
+                condition=Q(status__in=sorted(KEY_HOLDING_STATUSES), unique_key__isnull=False),
             ),
             models.CheckConstraint(condition=Q(status__in=JobStatus.values), name="django_jobs_status_valid"),
             models.CheckConstraint(

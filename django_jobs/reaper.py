@@ -2,12 +2,15 @@
 
 A lease expires when an execution stops proving itself alive: its worker was killed, froze
 (SIGSTOP, a long GC pause, a hung call that starves the heartbeat) or lost the database for
-longer than the lease. The reaper then decides, per job:
+longer than the lease. The reaper then asks :func:`django_jobs.decision.decide`, per job:
 
 - ``pending`` (retried after the type's backoff) while attempts remain;
 - ``failed`` when the lost execution was the last attempt;
-- ``needs_review`` when the type declares ``on_lost="needs_review"``: its side effect is
-  irreversible and not idempotent, so only a human may decide to run it again.
+- ``needs_review`` when the job's stored ``on_lost`` is ``"needs_review"``: its side effect is
+  irreversible and not idempotent, so only a human may decide to run it again;
+- ``cancelled`` when an operator asked to cancel it;
+- ``pending`` at once and uncounted when the execution was prefetched and its start was never
+  recorded (its worker died with the job still waiting in its buffer).
 
 It clears the owner fields and records a ``recovered`` event with the lost execution's id. It
 is safe in many processes at once (SKIP LOCKED, guarded updates) and uses database time only.
@@ -28,10 +31,11 @@ from django.db.models.functions import Now
 from django_jobs import transitions
 from django_jobs.backoff import Random
 from django_jobs.conf import jobs_settings
-from django_jobs.errors import DATABASE_UNAVAILABLE
+from django_jobs.decision import Happened, Situation, decide
+from django_jobs.errors import DATABASE_UNAVAILABLE, ErrorCode
 from django_jobs.models import LiveWorker
 from django_jobs.registry import default_backoff, registry
-from django_jobs.states import JobStatus
+from django_jobs.states import EventKind
 from django_jobs.transitions import Expired, Recovery
 
 logger = logging.getLogger("django_jobs.reaper")
@@ -50,18 +54,35 @@ class ReapResult:
         return sum(self.recovered.values())
 
 
-def decide(expired: Expired, rng: Random = random.random) -> Recovery:
-    """Where a job whose execution was lost goes next. Pure, apart from the registry lookup."""
+def decide_recovery(expired: Expired, rng: Random = random.random) -> Recovery:
+    """Where a job whose execution was lost goes next, by :func:`django_jobs.decision.decide`.
+
+    The safety policy comes from the job row, so a reaper in a process that does not know the
+    type decides as the type's own workers would; the registry only lends the backoff.
+    """
     job_type = registry.get(expired.type)
+    backoff = job_type.retry_policy if job_type is not None else default_backoff()
+    # A prefetched execution whose start was never recorded is treated as never started.
+    attempt = expired.attempts if expired.started else expired.attempts + 1
+    happened = Happened.LOST if expired.started else Happened.NOT_STARTED
+    situation = Situation(
+        happened, attempt, expired.max_attempts, expired.on_lost, expired.cancel_requested
+    )
+    decision = decide(situation, backoff, rng)
     lost = f"execution {expired.execution_id} on worker {expired.worker_id} stopped renewing its lease"
-    if job_type is not None and job_type.on_lost == "needs_review":
-        return Recovery(
-            expired, JobStatus.NEEDS_REVIEW, reason=f"{lost}; a blind retry is unsafe for this type"
-        )
-    if expired.attempt >= expired.max_attempts:
-        return Recovery(expired, JobStatus.FAILED, reason=f"{lost} on its last attempt")
-    policy = job_type.retry_policy if job_type is not None else default_backoff()
-    return Recovery(expired, JobStatus.PENDING, delay=policy.delay(expired.attempt, rng=rng), reason=lost)
+    if not expired.started:
+        lost += " before its start was recorded"
+    if decision.reason:
+        lost += f" ({decision.reason.replace('_', ' ')})"
+    return Recovery(
+        expired,
+        decision.status,
+        event=EventKind.RECOVERED,
+        attempts=attempt if decision.counted else attempt - 1,
+        error_code=ErrorCode.LEASE_LOST if expired.started else ErrorCode.LOST_UNSTARTED,
+        delay=decision.delay,
+        reason=lost,
+    )
 
 
 def recover(limit: int | None = None) -> dict[str, int]:
@@ -70,14 +91,14 @@ def recover(limit: int | None = None) -> dict[str, int]:
     remaining = limit
     while remaining is None or remaining > 0:
         batch = BATCH if remaining is None else min(BATCH, remaining)
-        done = transitions.recover_expired(decide, batch)
+        done = transitions.recover_expired(decide_recovery, batch)
         for recovery in done:
             status = str(recovery.status)
             counts[status] = counts.get(status, 0) + 1
             logger.warning(
                 "job recovered id=%s type=%s lost_execution=%s worker=%s attempt=%s/%s → %s",
                 recovery.expired.id, recovery.expired.type, recovery.expired.execution_id,
-                recovery.expired.worker_id, recovery.expired.attempt, recovery.expired.max_attempts,
+                recovery.expired.worker_id, recovery.attempts, recovery.expired.max_attempts,
                 recovery.status,
             )  # fmt: skip
         if remaining is not None:

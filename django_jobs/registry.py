@@ -80,6 +80,14 @@ class JobType:
         return self.lease_timeout or jobs_settings.LEASE_TIMEOUT
 
     @property
+    def oldest_readable_version(self) -> int:
+        """The oldest payload version the upcasters lead from to ``version`` without a gap."""
+        oldest = self.version
+        while oldest > 1 and (oldest - 1) in self.upcasters:
+            oldest -= 1
+        return oldest
+
+    @property
     def retry_policy(self) -> Backoff:
         return self.backoff if self.backoff is not None else default_backoff()
 

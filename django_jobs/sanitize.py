@@ -83,3 +83,33 @@ def truncate(text: str, limit: int) -> str:
     head = max(0, (limit - len(marker)) // 3)
     tail = max(0, limit - len(marker) - head)
     return text[:head] + marker + text[len(text) - tail :]
+
+
+#: Longest error code stored (the column's width).
+MAX_CODE_CHARS = 100
+_CODE_UNSAFE = re.compile(r"[^\w.:/-]+")
+
+
+def storable_text(text: object, limit: int) -> str:
+    """``text`` as PostgreSQL can store it: a str without NUL characters or lone surrogates
+    (which UTF-8 cannot encode), secrets redacted, at most ``limit`` characters."""
+    try:
+        value = text if isinstance(text, str) else str(text)
+    except Exception as exc:  # a __str__ that raises is input too
+        value = f"<unprintable {type(text).__name__}: {type(exc).__name__}>"
+    value = value.replace("\x00", "\\x00").encode("utf-8", "backslashreplace").decode("utf-8")
+    return truncate(sanitize(value), limit)
+
+
+def error_code(code: object, default: str = "UNKNOWN") -> str:
+    """A handler's error ``code`` as a bounded, printable string; ``default`` when unusable.
+
+    Codes are grouped and searched on: anything but letters, digits and ``_ . : / -`` becomes
+    ``_`` (``"http 503"`` → ``"http_503"``), and a code longer than the column is cut.
+    """
+    if code is None or isinstance(code, bool):
+        return default
+    if isinstance(code, int | str):
+        cleaned = _CODE_UNSAFE.sub("_", storable_text(code, MAX_CODE_CHARS * 2)).strip("_")
+        return cleaned[:MAX_CODE_CHARS] or default
+    return default

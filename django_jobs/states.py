@@ -28,8 +28,14 @@ class JobStatus(models.TextChoices):
     NEEDS_REVIEW = "needs_review", "Needs review"
 
 
-#: A job in one of these states is live: it holds its unique key and will still run.
+#: A job in one of these states is live: it will still run.
 ACTIVE_STATUSES: frozenset[str] = frozenset({JobStatus.PENDING, JobStatus.RUNNING})
+
+#: A job in one of these states holds its unique key: a new job with the same key is not
+#: created. ``needs_review`` holds it too: the job was parked because running its operation
+#: again blindly is unsafe, so a new enqueue must not start that operation behind the
+#: reviewer's back.
+KEY_HOLDING_STATUSES: frozenset[str] = ACTIVE_STATUSES | {JobStatus.NEEDS_REVIEW}
 
 #: The arrows of the state machine: source → the statuses it may move to.
 TRANSITIONS: dict[str, frozenset[str]] = {

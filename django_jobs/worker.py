@@ -1,14 +1,19 @@
-"""The worker: claims jobs in batches, hands them to executor threads, writes outcomes in
-batches, and shuts down without leaving a job ``running`` under its name.
+"""The worker: claims jobs in batches, hands them to the executor pool, writes outcomes in
+batches, and shuts down without ever letting two executions of a job run at once.
 
 Threads and their roles:
-- the *main* thread claims (one statement per batch), writes outcomes (one statement per
-  batch) and handles signals; it owns one database connection;
-- *N executor* threads each run one job at a time on their own database connection.
+- the *main* thread claims (one statement per batch), writes outcomes through
+  :mod:`django_jobs.outcomes` (one statement per batch), gives back what the pool should not
+  keep, and handles signals; it owns one database connection;
+- the *executor pool* (:mod:`django_jobs.pool`): N slots, each running one job at a time on its
+  own database connection, supervised;
+- the *heartbeat* thread extends leases and runs the executions' side writes;
+- the *reaper* thread, unless ``--no-reaper``.
 
-A claimed job is either executing on a thread or waiting in the local buffer. The worker claims
-beyond its free threads only while jobs are short (see ``PREFETCH_SECONDS``), so a burst of
-no-op jobs costs two statements per batch while a long job is never hoarded behind another.
+A claimed job is either running in a slot or waiting in the pool's buffer. The worker claims
+beyond its idle slots only while jobs are short (see ``PREFETCH_SECONDS``), and only for slots
+that should free up soon, so a burst of no-op jobs costs two statements per batch while a long
+or stuck job never hoards others; a job that waited in the buffer too long is given back.
 """
 
 from __future__ import annotations
@@ -31,21 +36,24 @@ from typing import Any
 from django.db import Error as DatabaseError  # every database error, InterfaceError included
 from django.db import connections
 
-from django_jobs import transitions
+from django_jobs import outcomes, transitions
 from django_jobs.conf import jobs_settings
 from django_jobs.context import Lease
-from django_jobs.errors import DATABASE_UNAVAILABLE
-from django_jobs.executor import execute
+from django_jobs.decision import Happened
+from django_jobs.errors import DATABASE_UNAVAILABLE, ErrorCode
+from django_jobs.executor import Finished, execute
 from django_jobs.heartbeat import Heartbeat
+from django_jobs.pool import ExecutorPool, Held
 from django_jobs.reaper import ReaperLoop
 from django_jobs.registry import registry
-from django_jobs.states import JobStatus
-from django_jobs.transitions import Claim, ClaimStatement, Outcome, Release
+from django_jobs.transitions import Claim, ClaimStatement
 
 logger = logging.getLogger("django_jobs.worker")
 
 #: Reconnect back-off when the database is unreachable: first wait, and the longest.
 _DB_RETRY_FIRST, _DB_RETRY_MAX = 0.1, 5.0
+#: Seconds left on the lease of an execution still running when its process exits.
+EXIT_MARGIN = 2.0
 
 
 def make_worker_id() -> str:
@@ -63,6 +71,7 @@ class WorkerStats:
     outcomes: collections.Counter[str] = field(default_factory=collections.Counter)
     lost: int = 0
     released: int = 0
+    stuck: int = 0
     first_claim_at: float | None = None
     last_outcome_at: float | None = None
 
@@ -81,6 +90,7 @@ class WorkerStats:
             "outcomes": dict(self.outcomes),
             "lost_leases": self.lost,
             "released": self.released,
+            "stuck": self.stuck,
             "claims": self.claims,
             "claims_with_jobs": len(self.claim_seconds),
             "jobs_per_claim": round(self.claimed / len(timings), 1) if timings else 0,
@@ -105,6 +115,7 @@ class Worker:
         worker_id: str | None = None,
         handle_signals: bool = False,
         reap: bool = False,
+        exits_after_run: bool = False,
     ) -> None:
         if concurrency < 1:
             raise ValueError("concurrency must be >= 1")
@@ -116,6 +127,11 @@ class Worker:
         self.batch_size = max(1, batch_size or jobs_settings.BATCH_SIZE)
         self.handle_signals = handle_signals
         self.reap = reap
+        #: The process ends when run() returns (runjobs): executions still running at the end
+        #: end with it, so their leases may be cut short.
+        self.exits_after_run = exits_after_run
+        #: Executions still running when the worker stopped waiting for them.
+        self.abandoned: list[Claim] = []
         self.stats = WorkerStats()
         self.job_types = {job_type.name: job_type for job_type in registry.all()}
         self._statement = ClaimStatement(
@@ -123,21 +139,21 @@ class Worker:
             self.queues,
             versions={name: t.version for name, t in self.job_types.items()},
             leases={name: t.lease for name, t in self.job_types.items()},
+            oldest={name: t.oldest_readable_version for name, t in self.job_types.items()},
         )
 
-        self._lock = threading.Condition()
-        self._buffer: collections.deque[Claim] = collections.deque()
-        self._running: dict[int, Claim] = {}  # job id → claim, while a thread executes it
-        # job id → lease, from the claim until the outcome is written (the heartbeat's list)
-        self._leases: dict[int, Lease] = {}
-        self._outcomes: list[Outcome] = []
-        self._oldest_outcome_at: float | None = None
+        self._lock = threading.Lock()
+        self._finished: list[Finished] = []  # waiting for the outcome writer
+        self._oldest_finished_at: float | None = None
         self._wake = threading.Event()
         self._stopping = threading.Event()  # first signal: stop claiming, drain
-        self._abort = threading.Event()  # second signal or grace over: release and exit
+        self._closed = threading.Event()  # shutdown is over: nobody flushes outcomes any more
+        self._abort = threading.Event()  # second signal or grace over: stop waiting
         self._avg_duration: float | None = None  # EWMA of handler run time, seconds
-        self._threads: list[threading.Thread] = []
-        self._heartbeat = Heartbeat(self._held_leases, report=self._report_alive)
+        self._outage_until = 0.0  # no claims before this (monotonic): the database refused us
+        self._outage_wait = _DB_RETRY_FIRST
+        self._heartbeat = Heartbeat(self._running_leases, report=self._report_alive)
+        self._pool = ExecutorPool(concurrency, self._execute, self._record)
         self._reaper = ReaperLoop(stop=self._stopping) if reap else None
 
     # ---- public -----------------------------------------------------------------------------
@@ -152,12 +168,7 @@ class Worker:
             len(self.job_types),
         )
         self._install_signal_handlers()
-        self._threads = [
-            threading.Thread(target=self._execute_loop, name=f"django_jobs-executor-{i}", daemon=True)
-            for i in range(self.concurrency)
-        ]
-        for thread in self._threads:
-            thread.start()
+        self._pool.start()
         self._heartbeat.start()
         if self._reaper is not None:
             self._reaper.start()
@@ -169,12 +180,11 @@ class Worker:
         return 0
 
     def stop(self, abort: bool = False) -> None:
-        """Ask the worker to stop claiming (and, with ``abort``, to release what it holds)."""
+        """Ask the worker to stop claiming (and, with ``abort``, to stop waiting for its jobs)."""
         if self._stopping.is_set() or abort:
             self._abort.set()
         self._stopping.set()
-        with self._lock:
-            self._lock.notify_all()
+        self._pool.stop()
         self._wake.set()
 
     # ---- main thread ------------------------------------------------------------------------
@@ -185,35 +195,37 @@ class Worker:
             # Cleared before looking at the state, so a wake-up sent meanwhile is never lost.
             self._wake.clear()
             try:
-                self._flush_outcomes(force=False)
+                self._flush(force=False)
+                self._give_back_overdue()
                 claimed = self._claim_if_room()
                 db_retry = _DB_RETRY_FIRST
             except DATABASE_UNAVAILABLE as exc:
                 db_retry = self._database_unavailable(exc, db_retry)
                 continue
+            buffered, running, _ = self._pool.counts()
             with self._lock:
-                idle = not self._buffer and not self._running
-                unwritten = bool(self._outcomes)
-            if self.burst and idle and claimed == 0 and not unwritten:
+                unwritten = bool(self._finished)
+            settled = not buffered and not running and claimed == 0 and not unwritten
+            if self.burst and settled and time.monotonic() >= self._outage_until:
                 return
-            # Executors wake this thread when they run low on claimed jobs; otherwise there is
+            # Slots wake this thread when they run low on claimed jobs; otherwise there is
             # nothing to do before the next flush, or the next poll of an empty queue.
-            self._wake.wait(
-                jobs_settings.OUTCOME_FLUSH_INTERVAL if unwritten else jobs_settings.POLL_INTERVAL
-            )
+            wait = jobs_settings.OUTCOME_FLUSH_INTERVAL if unwritten else jobs_settings.POLL_INTERVAL
+            outage_left = self._outage_until - time.monotonic()
+            self._wake.wait(min(wait, outage_left) if outage_left > 0 else wait)
 
     def _claim_if_room(self) -> int:
-        if self._stopping.is_set():
+        if self._stopping.is_set() or time.monotonic() < self._outage_until:
             return 0
+        buffered, running, idle = self._pool.counts()
         target = self._claim_target()
-        with self._lock:
-            held = len(self._buffer) + len(self._running)
+        held = buffered + running
         # With a prefetch, claim again once the holding drained to half, so batches stay large;
-        # but never leave an executor thread idle while jobs may be waiting.
-        if held >= target or (held > target // 2 and held >= self.concurrency):
+        # but never leave a slot idle while jobs may be waiting.
+        if held >= target or (idle <= buffered and held > target // 2):
             return 0
         started = time.perf_counter()
-        claims = transitions.claim(self._statement, target - held)
+        claims = transitions.claim(self._statement, target - held, start_now=max(0, idle - buffered))
         elapsed = time.perf_counter() - started
         self.stats.claims += 1
         if not claims:
@@ -222,57 +234,84 @@ class Worker:
         if self.stats.first_claim_at is None:
             self.stats.first_claim_at = time.monotonic()
         self.stats.claimed += len(claims)
-        with self._lock:
-            for c in claims:
-                job_type = self.job_types[c.type]
-                self._leases[c.id] = Lease(
-                    c.id, c.execution_id, job_type.lease, beats=job_type.heartbeat, timeout=job_type.timeout
-                )
-            self._buffer.extend(claims)
-            self._lock.notify(len(claims))
+        self._pool.submit([Held(c, self._lease_for(c)) for c in claims])
         return len(claims)
 
+    def _lease_for(self, claim: Claim) -> Lease:
+        job_type = self.job_types[claim.type]
+        return Lease(
+            claim.id,
+            claim.execution_id,
+            job_type.lease,
+            beats=job_type.heartbeat,
+            timeout=job_type.timeout,
+            counted=claim.counted,
+            claimed_db=claim.claimed_at,
+        )
+
     def _claim_target(self) -> int:
-        """How many jobs to hold: one per thread, plus what they finish in PREFETCH_SECONDS."""
+        """How many jobs to hold: one per live slot, plus what the slots that should free up
+        soon finish in PREFETCH_SECONDS."""
         if self._avg_duration is None:
             return self.concurrency
-        per_thread = jobs_settings.PREFETCH_SECONDS / max(self._avg_duration, 1e-6)
-        return max(self.concurrency, min(self.batch_size, int(self.concurrency * (1 + per_thread))))
+        # A slot busy for far longer than jobs usually take (a stuck call, a long job) is not
+        # expected to take buffered jobs soon: it gets no prefetch.
+        soon = self._pool.soon_free(busy_for=max(1.0, 10 * self._avg_duration))
+        per_slot = jobs_settings.PREFETCH_SECONDS / max(self._avg_duration, 1e-6)
+        return max(self.concurrency, min(self.batch_size, self.concurrency + int(soon * per_slot)))
 
-    def _flush_outcomes(self, force: bool) -> None:
+    def _give_back_overdue(self) -> None:
+        """Give back buffered jobs no slot took in time, and notice stuck slots."""
+        overdue = self._pool.take_buffered(older_than=self._max_buffer_wait())
+        if overdue:
+            logger.info("giving back %s prefetched job(s) no slot took in time", len(overdue))
+            self._give_back(overdue)
+        self.stats.stuck += len(self._pool.replace_stuck())
+
+    def _max_buffer_wait(self) -> float:
+        # Well within the shortest lease (a buffered job's lease is not extended), and long
+        # enough that a brief stall does not throw a prefetch away.
+        leases = [t.lease for t in self.job_types.values()] or [jobs_settings.LEASE_TIMEOUT]
+        return max(10 * jobs_settings.PREFETCH_SECONDS, min(5.0, min(leases) / 3))
+
+    def _give_back(self, held: list[Held]) -> None:
+        """Release buffered jobs that never started: pending again at once, attempts untouched."""
+        self._record_many([Finished(h.claim, Happened.NOT_STARTED) for h in held])
+
+    def _flush(self, force: bool) -> None:
         with self._lock:
-            if not self._outcomes:
+            if not self._finished:
                 return
+            _, running, _ = self._pool.counts()
             due = (
                 force
-                or len(self._outcomes) >= self.batch_size
-                or (not self._running and not self._buffer)
-                or time.monotonic() - (self._oldest_outcome_at or 0) >= jobs_settings.OUTCOME_FLUSH_INTERVAL
+                or len(self._finished) >= self.batch_size
+                or not running
+                or time.monotonic() - (self._oldest_finished_at or 0) >= jobs_settings.OUTCOME_FLUSH_INTERVAL
             )
             if not due:
                 return
-            batch, self._outcomes, self._oldest_outcome_at = self._outcomes, [], None
+            batch, self._finished, self._oldest_finished_at = self._finished, [], None
         try:
-            written = transitions.write_outcomes(batch)
-        except DatabaseError:
-            with self._lock:  # keep them: they are written when the database answers again
-                self._outcomes[:0] = batch
-                self._oldest_outcome_at = self._oldest_outcome_at or time.monotonic()
+            written = outcomes.write(batch)  # job id → the status written
+        except DatabaseError:  # only the unreachable database gets here: keep them for later
+            with self._lock:
+                self._finished[:0] = batch
+                self._oldest_finished_at = self._oldest_finished_at or time.monotonic()
             raise
-        lost: list[Outcome] = []
-        with self._lock:  # executor threads count too
-            for outcome in batch:
-                self._leases.pop(outcome.job_id, None)
-                if outcome.job_id in written:
-                    self.stats.outcomes[str(outcome.status)] += 1
+        for finished in batch:
+            status = written.get(finished.claim.id)
+            if status is not None:
+                if finished.happened is Happened.NOT_STARTED:
+                    self.stats.released += 1
                 else:
-                    self.stats.lost += 1
-                    lost.append(outcome)
-        for outcome in lost:
-            logger.warning(
-                "outcome discarded, lease lost id=%s execution=%s status=%s",
-                outcome.job_id, outcome.execution_id, outcome.status,
-            )  # fmt: skip
+                    self.stats.outcomes[status] += 1
+            else:
+                self.stats.lost += 1
+                logger.warning(
+                    "outcome discarded, lease lost id=%s execution=%s",
+                    finished.claim.id, finished.claim.execution_id,
+                )  # fmt: skip
         self.stats.last_outcome_at = time.monotonic()
 
     def _database_unavailable(self, exc: Exception, wait: float) -> float:
@@ -281,81 +320,91 @@ class Worker:
         self._stopping.wait(wait)
         return min(_DB_RETRY_MAX, wait * 2)
 
-    # ---- executor threads -------------------------------------------------------------------
+    # ---- the pool's side (executor threads) -----------------------------------------------------
 
-    def _execute_loop(self) -> None:
-        try:
-            while True:
-                with self._lock:
-                    while not self._buffer and not self._stopping.is_set():
-                        self._lock.wait()
-                    if self._stopping.is_set() or not self._buffer:
-                        # Stopping: jobs still in the buffer never started; the main thread
-                        # releases them.
-                        return
-                    claim = self._buffer.popleft()
-                    self._running[claim.id] = claim
-                    lease = self._leases[claim.id]
-                result = execute(claim, lease)
-                with self._lock:
-                    # Absent when shutdown released it past the grace period: the job is no
-                    # longer ours, so its outcome is dropped (the guarded write would be too).
-                    still_held = self._running.pop(claim.id, None) is not None
-                    if result.outcome is not None and still_held:
-                        if not self._outcomes:
-                            self._oldest_outcome_at = time.monotonic()
-                        self._outcomes.append(result.outcome)
-                    else:
-                        self._leases.pop(claim.id, None)
-                        if still_held:
-                            self.stats.lost += 1
-                    d = result.duration
-                    self._avg_duration = (
-                        d if self._avg_duration is None else 0.8 * self._avg_duration + 0.2 * d
-                    )
-                    wake = len(self._buffer) <= len(self._running) or len(self._outcomes) >= self.batch_size
-                if wake:
-                    self._wake.set()
-        finally:
-            connections.close_all()
+    def _execute(self, claim: Claim, lease: Lease) -> Finished:
+        return execute(claim, lease, side_writer=self._heartbeat)
+
+    def _record(self, finished: Finished) -> None:
+        """Called by a slot when its job ended."""
+        if finished.error_code == ErrorCode.DATABASE_UNAVAILABLE and finished.happened in (
+            Happened.NOT_STARTED,
+            Happened.OUTAGE,
+        ):
+            self._back_off_claims()
+        elif finished.ran_for is not None:
+            d = finished.ran_for
+            self._avg_duration = d if self._avg_duration is None else 0.8 * self._avg_duration + 0.2 * d
+            self._outage_wait = _DB_RETRY_FIRST
+        if finished.happened is None:
+            self.stats.lost += 1
+            return
+        if not self._record_many([finished]):
+            # An execution the worker stopped waiting for (shutdown past its grace) ended
+            # after all: write its outcome here; the guarded write lands only if its lease
+            # was not taken over meanwhile.
+            with contextlib.suppress(DatabaseError):
+                written = outcomes.write([finished])
+                self.stats.outcomes.update(written.values())
+
+    def _record_many(self, finished: list[Finished]) -> bool:
+        """Queue outcomes for the writer; False once the worker is closed (nobody writes)."""
+        with self._lock:
+            if self._closed.is_set():
+                return False
+            if not self._finished:
+                self._oldest_finished_at = time.monotonic()
+            self._finished.extend(finished)
+            many = len(self._finished) >= self.batch_size
+        buffered, running, _ = self._pool.counts()
+        if many or buffered <= running:
+            self._wake.set()
+        return True
+
+    def _back_off_claims(self) -> None:
+        """The jobs database refused an executor: claim nothing for a while, longer each time."""
+        with self._lock:
+            wait = self._outage_wait
+            self._outage_wait = min(_DB_RETRY_MAX, wait * 2)
+            self._outage_until = max(self._outage_until, time.monotonic() + wait)
+        logger.warning("jobs database refused an executor: no claims for %.1fs", wait)
+
+    def _running_leases(self) -> list[Lease]:
+        return self._pool.running_leases()
 
     # ---- shutdown -----------------------------------------------------------------------------
 
     def _shutdown(self) -> None:
+        """Stop claiming, give back what never started, let running jobs finish within the
+        grace period, write every outcome.
+
+        A job still running when the grace period is over is *not* given back: its thread may
+        still be running it, and a job given back is claimable at once, so two executions would
+        overlap. It keeps its lease, which is no longer extended; once the lease expires, the
+        reaper decides (with the type's policy, as for a killed worker). When the process ends
+        with the worker (``exits_after_run``), the lease is cut to ``EXIT_MARGIN`` seconds: the
+        execution ends with the process, well before.
+        """
         self._stopping.set()
-        with self._lock:
-            self._lock.notify_all()
-            unstarted = list(self._buffer)
-            self._buffer.clear()
-        self._release(
-            [Release(c.id, c.execution_id, started=False) for c in unstarted],
-            "worker stopping: job not started",
-        )
+        self._pool.stop()
+        self._give_back(self._pool.take_buffered())
         deadline = time.monotonic() + self.grace
         while True:
-            with self._lock:
-                running = list(self._running.values())
+            _, running, _ = self._pool.counts()
             if not running:
                 break
             if self._abort.is_set() or time.monotonic() >= deadline:
-                logger.warning("grace period over, releasing %s running job(s)", len(running))
-                self._release(
-                    [
-                        Release(c.id, c.execution_id, started=True, status=self._after_interruption(c))
-                        for c in running
-                    ],
-                    "worker stopped before the job finished (grace period over)",
-                )
-                # Their threads may still finish; what they report is discarded below.
-                with self._lock:
-                    self._running.clear()
+                self._abandon(self._pool.running_jobs())
                 break
             # While the database is away, outcomes wait in memory; the last flush below reports.
             with contextlib.suppress(*DATABASE_UNAVAILABLE):
-                self._flush_outcomes(force=True)
+                self._flush(force=True)
             self._wake.wait(0.05)
             self._wake.clear()
-        self._flush_outcomes_patiently(until=time.monotonic() + max(self.grace, 5.0))
+        self._flush_patiently(until=time.monotonic() + max(self.grace, 5.0))
+        with self._lock:
+            self._closed.set()
+        self._flush_patiently(until=time.monotonic())  # what arrived while closing
         self._heartbeat.stop()
         if self._reaper is not None:
             self._reaper.join()
@@ -363,62 +412,49 @@ class Worker:
         # forgets it.
         with contextlib.suppress(DatabaseError):
             transitions.forget_worker(self.worker_id)
-        for thread in self._threads:
-            thread.join(timeout=0.1)
+        self._pool.join(timeout=0.1)
+
+    def _abandon(self, jobs: list[Held]) -> None:
+        for held in jobs:
+            held.lease.abandoned = True  # no more beats: the lease runs out, the reaper decides
+        self.abandoned = [h.claim for h in jobs]
+        logger.warning(
+            "grace period over with %s job(s) still running (%s): left to their leases",
+            len(jobs), ", ".join(str(h.claim.id) for h in jobs),
+        )  # fmt: skip
+        if self.exits_after_run:
+            with contextlib.suppress(DatabaseError):
+                transitions.cut_leases([(h.claim.id, h.claim.execution_id) for h in jobs], EXIT_MARGIN)
 
     def _report_alive(self) -> None:
-        with self._lock:
-            running = len(self._leases)
+        buffered, running, _ = self._pool.counts()
         transitions.report_worker(
             worker_id=self.worker_id,
             hostname=socket.gethostname(),
             pid=os.getpid(),
             queues=",".join(self.queues),
             concurrency=self.concurrency,
-            running=running,
+            running=buffered + running,
             # dict.copy is one C call: safe while the main thread counts a new kind of outcome.
             processed=sum(dict.copy(self.stats.outcomes).values()),
         )
 
-    def _held_leases(self) -> list[Lease]:
-        with self._lock:
-            return list(self._leases.values())
-
-    def _flush_outcomes_patiently(self, until: float | None = None) -> None:
+    def _flush_patiently(self, until: float | None = None) -> None:
         """Write buffered outcomes, retrying while the database is away until ``until``."""
         wait = _DB_RETRY_FIRST
         while True:
             try:
-                self._flush_outcomes(force=True)
+                self._flush(force=True)
                 return
             except DATABASE_UNAVAILABLE as exc:
                 if until is None or time.monotonic() >= until:
                     logger.error(
                         "could not write %s outcome(s); the reaper will recover those jobs",
-                        len(self._outcomes),
+                        len(self._finished),
                     )
                     return
                 wait = self._database_unavailable(exc, wait)
                 time.sleep(wait)
-
-    def _after_interruption(self, claim: Claim) -> str:
-        job_type = self.job_types.get(claim.type)
-        unsafe = job_type is not None and job_type.on_lost == "needs_review"
-        return JobStatus.NEEDS_REVIEW if unsafe else JobStatus.PENDING
-
-    def _release(self, executions: list[Release], reason: str) -> None:
-        if not executions:
-            return
-        with self._lock:
-            for execution in executions:
-                self._leases.pop(execution.job_id, None)
-        try:
-            released = transitions.release(executions, reason)
-        except DatabaseError:  # best effort on the way out: the reaper recovers what is left
-            logger.exception("could not release %s job(s); the reaper will recover them", len(executions))
-            return
-        self.stats.released += len(released)
-        logger.info("released %s job(s): %s", len(released), reason)
 
     # ---- signals ------------------------------------------------------------------------------
 
@@ -431,7 +467,9 @@ class Worker:
             logger.info(
                 "%s received: %s",
                 signal.Signals(signum).name,
-                "releasing running jobs and exiting" if again else "no new claims, finishing running jobs",
+                "leaving running jobs to their leases and exiting"
+                if again
+                else "no new claims, finishing running jobs",
             )
             self.stop(abort=again)
 

@@ -10,6 +10,7 @@ import factory
 from django.utils import timezone
 
 from django_jobs.models import Job
+from django_jobs.registry import registry
 from django_jobs.states import JobStatus
 
 
@@ -22,6 +23,8 @@ class JobFactory(factory.django.DjangoModelFactory[Job]):
     payload: Any = factory.LazyFunction(dict)
     status = JobStatus.PENDING
     max_attempts = 5
+    # As enqueue() does: the type's policy for a lost execution is stored on the row.
+    on_lost = factory.LazyAttribute(lambda job: _on_lost(job.type))
 
     class Params:
         running = factory.Trait(
@@ -59,3 +62,8 @@ class JobFactory(factory.django.DjangoModelFactory[Job]):
         delayed = factory.Trait(
             available_at=factory.LazyFunction(lambda: timezone.now() + dt.timedelta(hours=1))
         )
+
+
+def _on_lost(job_type: str) -> str:
+    registered = registry.get(job_type)
+    return registered.on_lost if registered is not None else "retry"

@@ -6,21 +6,22 @@ learn it from the returned ids. Each arrow off the plain claim → complete path
 ``JobEvent`` in the same statement, so the event exists exactly when the transition happened.
 Time is always the database's ``now()``.
 
-- ``execution``: the writes of one execution (claim, heartbeat, progress, checkpoint, outcome,
-  release) — the hot path;
+- ``execution``: the writes of one execution (claim, heartbeat, progress, checkpoint, outcome —
+  a release is an outcome too) — the hot path;
 - ``operator``: what people do (cancel, manual retry, resolve), with actor and reason;
 - ``recovery``: the reaper's writes (expired leases, retention);
 - ``workers``: worker processes reporting themselves alive.
 """
 
 from django_jobs.transitions.execution import (
+    Beat,
     Claim,
     ClaimStatement,
     Outcome,
-    Release,
+    cancel_requested_among,
     claim,
+    cut_leases,
     heartbeat,
-    release,
     set_checkpoint,
     set_progress,
     write_outcomes,
@@ -39,21 +40,22 @@ from django_jobs.transitions.workers import forget_worker, report_worker
 __all__ = [
     "RETRYABLE_BY_OPERATOR",
     "ActionRefused",
+    "Beat",
     "CancelResult",
     "Claim",
     "ClaimStatement",
     "Expired",
     "Outcome",
     "Recovery",
-    "Release",
     "cancel",
+    "cancel_requested_among",
     "claim",
+    "cut_leases",
     "forget_worker",
     "heartbeat",
     "manual_retry",
     "prune",
     "recover_expired",
-    "release",
     "report_worker",
     "resolve",
     "set_checkpoint",

@@ -15,7 +15,6 @@ from typing import Any
 from django.db import connections
 
 from django_jobs.conf import jobs_settings
-from django_jobs.states import EventKind, JobStatus
 
 
 @dataclass(slots=True)
@@ -27,6 +26,7 @@ class Claim:
     type: str
     version: int
     payload: Any  # the raw jsonb text; decoded by the executor, one job at a time
+    #: The number this execution will have once it starts (executions started before, plus one).
     attempt: int
     max_attempts: int
     execution_id: uuid.UUID
@@ -34,9 +34,15 @@ class Claim:
     checkpoint: Any
     priority: int
     available_at: dt.datetime
-    started_at: dt.datetime
     #: The error of the previous attempt: tells whether its side effect may have happened.
-    last_error_code: str | None = None
+    last_error_code: str | None
+    #: The type's on_lost policy as stored on the row.
+    on_lost: str
+    #: True when the claim counted the attempt already (the job was taken for an idle thread);
+    #: False for a prefetched job, whose attempt is counted once it starts.
+    counted: bool
+    #: The database's clock at the claim, in seconds since the epoch.
+    claimed_at: float
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,56 +51,83 @@ class Outcome:
 
     job_id: int
     execution_id: uuid.UUID
-    status: str  # completed, pending (retry), failed, skipped, cancelled or needs_review
+    status: str  # completed, pending (retry or release), failed, skipped, cancelled, needs_review
     delay: float = 0.0  # seconds before a retry, counted from the database's now()
     error_code: str | None = None
     error: str | None = None
     event: str | None = None  # EventKind; None on the plain success path
     details: str | None = None  # JSON text stored on the event
+    #: Executions started, this one included if it counts; None leaves the column as it is.
+    attempts: int | None = None
+    #: Seconds the handler had been running when it ended, for a job whose start was not
+    #: recorded yet (prefetched); None if it never started or its start is recorded.
+    ran_for: float | None = None
+    reason: str | None = None  # why, on the event (releases)
 
 
 _CLAIM_COLUMNS = (
-    "j.id, j.queue, j.type, j.version, j.payload, j.attempts, j.max_attempts, j.execution_id,"
-    " j.unique_key, j.checkpoint, j.priority, j.available_at, j.started_at, j.last_error_code"
-)
-
-# The claim takes up to %(limit)s jobs in one statement that commits by itself, before any of
-# them runs. SKIP LOCKED lets concurrent workers pass over rows another claim is taking instead
-# of queueing behind it. The version test keeps a worker from taking payloads newer than the
-# code it runs (a rolling deploy): those stay pending for a newer worker.
-_CLAIM_SET = (
-    "UPDATE django_jobs_job j SET status = 'running', attempts = j.attempts + 1,"
-    " worker_id = %(worker)s, execution_id = gen_random_uuid(), started_at = now(),"
-    " heartbeat_at = now(), lease_expires_at = now() + make_interval(secs => CASE j.type {leases} END)"
+    "j.id, j.queue, j.type, j.version, j.payload,"
+    " j.attempts + CASE WHEN next.start THEN 0 ELSE 1 END, j.max_attempts, j.execution_id,"
+    " j.unique_key, j.checkpoint, j.priority, j.available_at, j.last_error_code, j.on_lost,"
+    " next.start, extract(epoch FROM now())::float8"
 )
 _CLAIM_FILTER = (
     "status = 'pending' AND available_at <= now() AND type = ANY(%(types)s)"
-    " AND version <= CASE type {versions} END"
+    " AND version <= CASE type {versions} END{oldest_filter}"
 )
+# Only when some type cannot read its oldest versions: an extra range test on version makes the
+# planner expect fewer rows, and it may then trade the ordered scan of the claim index for a
+# bitmap scan and a sort.
+_OLDEST_FILTER = " AND version >= CASE type {oldest} END"
+# The claim takes up to %(limit)s jobs in one statement that commits by itself, before any of
+# them runs. SKIP LOCKED lets concurrent workers pass over rows another claim is taking instead
+# of queueing behind it. The version test keeps a worker from taking payloads it cannot read:
+# newer than its code (a rolling deploy), or older than its upcasters reach.
+#
+# The first %(start_now)s rows go to idle threads and start at once: their attempt is counted
+# here. The others are prefetched: counted when they start (the heartbeat or the outcome write
+# records it), so a prefetched job given back unstarted, or lost with its worker before it
+# started, did not use an attempt. Two kinds of rows are never prefetched uncounted: a job of a
+# type whose lost execution is unsafe to retry (on_lost other than retry) is taken only for an
+# idle thread, and a job that was already lost once before its start was recorded is counted
+# at the claim (so a job that kills its worker at once still uses up its attempts). Rows
+# locked here but left out are unlocked when the statement commits.
+# `row_number() OVER ()` numbers the candidates in the order the ordered scan produced them
+# (PostgreSQL's window aggregate keeps its input order), without sorting them again.
+_CLAIM_TAIL = (
+    ", ranked AS (SELECT id, on_lost, row_number() OVER () <= %(start_now)s"
+    " OR COALESCE(last_error_code = 'LOST_UNSTARTED', false) AS start FROM candidates),"
+    " next AS (SELECT id, start FROM ranked WHERE start OR on_lost = 'retry')"
+    " UPDATE django_jobs_job j SET status = 'running', attempts = j.attempts + next.start::int,"
+    " worker_id = %(worker)s, execution_id = gen_random_uuid(),"
+    " started_at = CASE WHEN next.start THEN now() END, heartbeat_at = now(),"
+    " lease_expires_at = now() + make_interval(secs => CASE j.type {leases} END)"
+    f" FROM next WHERE j.id = next.id RETURNING {_CLAIM_COLUMNS}"
+)
+_CANDIDATE_COLUMNS = "id, priority, available_at, on_lost, last_error_code"
 _CLAIM_ANY_QUEUE = (
-    "WITH next AS ("
-    f" SELECT id FROM django_jobs_job WHERE {_CLAIM_FILTER}"
+    f"WITH candidates AS (SELECT {_CANDIDATE_COLUMNS} FROM django_jobs_job WHERE {_CLAIM_FILTER}"
     " ORDER BY priority DESC, available_at, id LIMIT %(limit)s FOR UPDATE SKIP LOCKED)"
-    f" {_CLAIM_SET} FROM next WHERE j.id = next.id RETURNING {_CLAIM_COLUMNS}"
+    + _CLAIM_TAIL
 )
 # With named queues, one ordered scan of the (queue, priority, available_at, id) index per
 # queue: a `queue = ANY(...)` filter would make PostgreSQL sort every pending row of those
 # queues instead. Rows locked by a queue's subquery but cut by the outer LIMIT are unlocked
 # when this statement commits.
 _CLAIM_NAMED_QUEUES = (
-    "WITH next AS (SELECT c.id FROM unnest(%(queues)s::text[]) AS q(name) CROSS JOIN LATERAL ("
-    f" SELECT id, priority, available_at FROM django_jobs_job WHERE queue = q.name AND {_CLAIM_FILTER}"
+    "WITH candidates AS (SELECT c.* FROM unnest(%(queues)s::text[]) AS q(name) CROSS JOIN LATERAL ("
+    f" SELECT {_CANDIDATE_COLUMNS} FROM django_jobs_job WHERE queue = q.name AND {_CLAIM_FILTER}"
     " ORDER BY priority DESC, available_at, id LIMIT %(limit)s FOR UPDATE SKIP LOCKED) c"
-    " ORDER BY c.priority DESC, c.available_at, c.id LIMIT %(limit)s)"
-    f" {_CLAIM_SET} FROM next WHERE j.id = next.id RETURNING {_CLAIM_COLUMNS}"
+    " ORDER BY c.priority DESC, c.available_at, c.id LIMIT %(limit)s)" + _CLAIM_TAIL
 )
 
 
 class ClaimStatement:
     """The claim of one worker: built once for its queues and the job types it knows.
 
-    ``versions`` maps each type to the newest payload version the worker can decode;
-    ``leases`` maps it to the lease its executions get (default ``LEASE_TIMEOUT``).
+    ``versions`` maps each type to the newest payload version the worker can decode, and
+    ``oldest`` to the oldest its upcasters reach (default: 1); ``leases`` maps it to the lease
+    its executions get (default ``LEASE_TIMEOUT``).
     """
 
     def __init__(
@@ -103,143 +136,149 @@ class ClaimStatement:
         queues: Sequence[str] | None,
         versions: dict[str, int],
         leases: dict[str, float] | None = None,
+        oldest: dict[str, int] | None = None,
     ) -> None:
         if not versions:
             raise ValueError("a worker that knows no job type can claim nothing")
         names = sorted(versions)
         leases = leases or {}
+        oldest = oldest or {}
         template = _CLAIM_NAMED_QUEUES if queues else _CLAIM_ANY_QUEUE
-        self.sql = template.replace(
-            "{versions}", " ".join(f"WHEN %(type{i})s THEN %(version{i})s" for i in range(len(names)))
-        ).replace(
-            "{leases}", " ".join(f"WHEN %(type{i})s THEN %(lease{i})s::float8" for i in range(len(names)))
-        )
+        gaps = any(oldest.get(name, 1) > 1 for name in names)
+        template = template.replace("{oldest_filter}", _OLDEST_FILTER if gaps else "")
+        cases = {
+            "{versions}": "version",
+            "{oldest}": "oldest",
+            "{leases}": "lease",
+        }
+        self.sql = template
+        for marker, param in cases.items():
+            cast = "::float8" if param == "lease" else ""
+            self.sql = self.sql.replace(
+                marker, " ".join(f"WHEN %(type{i})s THEN %({param}{i})s{cast}" for i in range(len(names)))
+            )
         self._params: dict[str, Any] = {"worker": worker_id, "types": names, "queues": list(queues or [])}
         for i, name in enumerate(names):
             self._params[f"type{i}"] = name
             self._params[f"version{i}"] = versions[name]
+            self._params[f"oldest{i}"] = oldest.get(name, 1)
             self._params[f"lease{i}"] = float(leases.get(name, jobs_settings.LEASE_TIMEOUT))
 
-    def params(self, limit: int) -> dict[str, Any]:
-        return {**self._params, "limit": limit}
+    def params(self, limit: int, start_now: int | None = None) -> dict[str, Any]:
+        return {**self._params, "limit": limit, "start_now": limit if start_now is None else start_now}
 
 
-def claim(statement: ClaimStatement, limit: int) -> list[Claim]:
-    """Claim up to ``limit`` jobs, committed before this returns, best priority first."""
+def claim(statement: ClaimStatement, limit: int, start_now: int | None = None) -> list[Claim]:
+    """Claim up to ``limit`` jobs, committed before this returns, best priority first.
+
+    The first ``start_now`` (default: all) are counted as started: they go to idle threads.
+    """
     with connections[jobs_settings.DATABASE].cursor() as cursor:
-        cursor.execute(statement.sql, statement.params(limit))
+        cursor.execute(statement.sql, statement.params(limit, start_now))
         claims = [Claim(*row) for row in cursor.fetchall()]
-    claims.sort(key=lambda c: (-c.priority, c.available_at, c.id))
+    # Counted ones first: they are the ones the claim meant for idle threads.
+    claims.sort(key=lambda c: (not c.counted, -c.priority, c.available_at, c.id))
     return claims
 
 
 # One statement writes any mix of outcomes: the guarded UPDATE moves the rows still owned by
 # their execution, and the events of the arrows that need one are inserted from what it moved.
+# An outcome that would send the job back to pending is refused when a cancel request arrived
+# meanwhile: the caller decides again (cancelled), so that a cancelled job never runs again.
 _WRITE_OUTCOMES = """
 WITH outcome AS (
     SELECT * FROM unnest(%s::bigint[], %s::uuid[], %s::text[], %s::float8[], %s::text[],
-                         %s::text[], %s::text[], %s::jsonb[])
-        AS o(id, execution_id, status, delay, error_code, error, event, details)
+                         %s::text[], %s::text[], %s::jsonb[], %s::int[], %s::float8[], %s::text[])
+        AS o(id, execution_id, status, delay, error_code, error, event, details, attempts,
+             ran_for, reason)
 ), moved AS (
     UPDATE django_jobs_job j SET
         status = o.status,
+        attempts = COALESCE(o.attempts, j.attempts),
+        started_at = CASE WHEN j.started_at IS NULL AND o.ran_for IS NOT NULL
+                          THEN now() - make_interval(secs => o.ran_for) ELSE j.started_at END,
         available_at = CASE WHEN o.status = 'pending'
                             THEN now() + make_interval(secs => o.delay) ELSE j.available_at END,
         completed_at = CASE WHEN o.status = 'completed' THEN now() ELSE j.completed_at END,
         failed_at = CASE WHEN o.status = 'failed' THEN now() ELSE j.failed_at END,
         finished_at = CASE WHEN o.status IN ('pending', 'needs_review') THEN NULL ELSE now() END,
-        last_error_code = CASE WHEN o.status = 'completed' THEN j.last_error_code ELSE o.error_code END,
-        last_error = CASE WHEN o.status = 'completed' THEN j.last_error ELSE o.error END,
+        last_error_code = CASE WHEN o.status = 'completed' OR o.error_code IS NULL
+                               THEN j.last_error_code ELSE o.error_code END,
+        last_error = CASE WHEN o.status = 'completed' OR o.error_code IS NULL
+                          THEN j.last_error ELSE o.error END,
         lease_expires_at = NULL
     FROM outcome o
     WHERE j.id = o.id AND j.execution_id = o.execution_id AND j.status = 'running'
+      AND (o.status <> 'pending' OR j.cancel_requested_at IS NULL)
     RETURNING j.id, j.execution_id, j.worker_id, j.attempts, o.status, o.error_code, o.error,
-              o.event, o.details
+              o.event, o.details, o.reason
 ), events AS (
     INSERT INTO django_jobs_jobevent
         (job_id, kind, from_status, to_status, execution_id, worker_id, attempt, error_code,
-         error, actor, details)
+         error, actor, details, reason)
     SELECT id, event, 'running', status, execution_id, worker_id, attempts, error_code, error,
-           'worker', details
+           'worker', details, reason
     FROM moved WHERE event IS NOT NULL
 )
 SELECT id FROM moved
 """
+_CANCEL_REQUESTED = (
+    "SELECT id FROM django_jobs_job WHERE id = ANY(%s) AND status = 'running'"
+    " AND cancel_requested_at IS NOT NULL"
+)
 
 
 def write_outcomes(outcomes: Sequence[Outcome]) -> set[int]:
     """Write finished executions; return the ids of the jobs that were still theirs.
 
-    An id missing from the result belongs to an execution that lost its lease: the job was
-    recovered and perhaps already re-run, and this outcome must not overwrite it.
+    An id missing from the result belongs to an execution that lost its lease (the job was
+    recovered and perhaps already re-run, and this outcome must not overwrite it), or to a
+    ``pending`` outcome refused because cancellation was requested (see
+    :func:`cancel_requested_among`). Raises ``DataError`` and friends for a value the
+    database refuses; the caller then writes the batch one row at a time.
     """
     if not outcomes:
         return set()
-    columns: list[list[Any]] = [[] for _ in range(8)]
+    columns: list[list[Any]] = [[] for _ in range(11)]
     for o in outcomes:
         for column, value in zip(
             columns,
-            (o.job_id, o.execution_id, o.status, o.delay, o.error_code, o.error, o.event, o.details),
+            (
+                o.job_id, o.execution_id, o.status, o.delay, o.error_code, o.error, o.event,
+                o.details, o.attempts, o.ran_for, o.reason,
+            ),
             strict=True,
-        ):
+        ):  # fmt: skip
             column.append(value)
     with connections[jobs_settings.DATABASE].cursor() as cursor:
         cursor.execute(_WRITE_OUTCOMES, columns)
         return {row[0] for row in cursor.fetchall()}
 
 
-# A worker gives back the jobs it holds when it stops. One it never started goes back to
-# pending without counting the attempt. One interrupted mid-run keeps its attempt and is marked
-# INTERRUPTED (its side effect may have happened): pending again, or needs_review for a type
-# whose blind retry is unsafe.
-_RELEASE = """
-WITH outcome AS (
-    SELECT * FROM unnest(%s::bigint[], %s::uuid[], %s::boolean[], %s::text[])
-        AS o(id, execution_id, started, status)
-), moved AS (
-    UPDATE django_jobs_job j SET
-        status = o.status,
-        attempts = CASE WHEN o.started THEN j.attempts ELSE j.attempts - 1 END,
-        available_at = now(),
-        last_error_code = CASE WHEN o.started THEN 'INTERRUPTED' ELSE j.last_error_code END,
-        lease_expires_at = NULL
-    FROM outcome o
-    WHERE j.id = o.id AND j.execution_id = o.execution_id AND j.status = 'running'
-    RETURNING j.id, j.execution_id, j.worker_id, j.attempts, o.status
-), events AS (
-    INSERT INTO django_jobs_jobevent
-        (job_id, kind, from_status, to_status, execution_id, worker_id, attempt, actor, reason)
-    SELECT id, %s, 'running', status, execution_id, worker_id, attempts, 'worker', %s
-    FROM moved
-)
-SELECT id FROM moved
-"""
-
-
-@dataclass(frozen=True, slots=True)
-class Release:
-    job_id: int
-    execution_id: uuid.UUID
-    started: bool
-    status: str = JobStatus.PENDING  # or needs_review, for an interrupted unsafe job
-
-
-def release(executions: Iterable[Release], reason: str) -> set[int]:
-    """Give back held executions, claimable again at once (see ``_RELEASE``)."""
-    rows = list(executions)
-    if not rows:
+def cancel_requested_among(job_ids: Sequence[int]) -> set[int]:
+    """Of these running jobs, the ones whose cancellation was requested."""
+    if not job_ids:
         return set()
-    params: list[Any] = [
-        [r.job_id for r in rows],
-        [r.execution_id for r in rows],
-        [r.started for r in rows],
-        [str(r.status) for r in rows],
-        EventKind.RELEASED,
-        reason,
-    ]
     with connections[jobs_settings.DATABASE].cursor() as cursor:
-        cursor.execute(_RELEASE, params)
+        cursor.execute(_CANCEL_REQUESTED, [list(job_ids)])
         return {row[0] for row in cursor.fetchall()}
+
+
+# A worker that exits with executions still running cuts their leases short: they end with
+# the process, so the reaper may take the jobs back soon after, and not a whole lease later.
+_CUT_LEASES = (
+    "UPDATE django_jobs_job SET lease_expires_at = LEAST(lease_expires_at, now() + make_interval(secs => %s))"
+    " WHERE id = ANY(%s) AND execution_id = ANY(%s) AND status = 'running'"
+)
+
+
+def cut_leases(executions: Sequence[tuple[int, uuid.UUID]], seconds: float) -> int:
+    """Make the leases of ``(job_id, execution_id)`` expire within ``seconds``; returns how many."""
+    if not executions:
+        return 0
+    with connections[jobs_settings.DATABASE].cursor() as cursor:
+        cursor.execute(_CUT_LEASES, [seconds, [e[0] for e in executions], [e[1] for e in executions]])
+        return int(cursor.rowcount)
 
 
 _SET_PROGRESS = (
@@ -266,27 +305,57 @@ def set_checkpoint(job_id: int, execution_id: uuid.UUID, checkpoint_json: str) -
         return bool(cursor.rowcount == 1)
 
 
+# Extends the leases that are due (lease > 0), records the start of prefetched executions that
+# began since the last beat (ran_for: seconds they have been running) and reports cancel
+# requests, for every execution still owning its job.
 _HEARTBEAT = """
 WITH beat AS (
-    SELECT * FROM unnest(%s::bigint[], %s::uuid[], %s::float8[]) AS b(id, execution_id, lease)
+    SELECT * FROM unnest(%s::bigint[], %s::uuid[], %s::float8[], %s::float8[])
+        AS b(id, execution_id, lease, ran_for)
 )
-UPDATE django_jobs_job j SET heartbeat_at = now(), lease_expires_at = now() + make_interval(secs => b.lease)
+UPDATE django_jobs_job j SET
+    heartbeat_at = CASE WHEN b.lease > 0 THEN now() ELSE j.heartbeat_at END,
+    lease_expires_at = CASE WHEN b.lease > 0 THEN now() + make_interval(secs => b.lease)
+                            ELSE j.lease_expires_at END,
+    attempts = j.attempts + (j.started_at IS NULL AND b.ran_for IS NOT NULL)::int,
+    started_at = CASE WHEN j.started_at IS NULL AND b.ran_for IS NOT NULL
+                      THEN now() - make_interval(secs => b.ran_for) ELSE j.started_at END
 FROM beat b
 WHERE j.id = b.id AND j.execution_id = b.execution_id AND j.status = 'running'
 RETURNING j.id, j.cancel_requested_at IS NOT NULL
 """
 
 
-def heartbeat(leases: Iterable[tuple[int, uuid.UUID, float]]) -> dict[int, bool]:
-    """Extend the leases ``(job_id, execution_id, seconds)`` still owned, in one statement.
+@dataclass(frozen=True, slots=True)
+class Beat:
+    """One execution's entry in a heartbeat."""
+
+    job_id: int
+    execution_id: uuid.UUID
+    #: Seconds to extend the lease by from now; 0 only checks ownership and cancel requests.
+    lease: float
+    #: Seconds the handler has been running, for a prefetched execution whose start is not
+    #: recorded yet; None otherwise.
+    ran_for: float | None = None
+
+
+def heartbeat(beats: Iterable[Beat | tuple[int, uuid.UUID, float]]) -> dict[int, bool]:
+    """Beat for executions in one statement (see ``_HEARTBEAT``).
 
     Returns ``{job_id: cancel_requested}`` for the executions that still own their job; a job
     missing from it was taken over, and its execution must stop.
     """
-    rows = list(leases)
+    rows = [b if isinstance(b, Beat) else Beat(*b) for b in beats]
     if not rows:
         return {}
-    ids, execution_ids, seconds = (list(column) for column in zip(*rows, strict=True))
     with connections[jobs_settings.DATABASE].cursor() as cursor:
-        cursor.execute(_HEARTBEAT, [ids, execution_ids, seconds])
+        cursor.execute(
+            _HEARTBEAT,
+            [
+                [b.job_id for b in rows],
+                [b.execution_id for b in rows],
+                [b.lease for b in rows],
+                [b.ran_for for b in rows],
+            ],
+        )
         return {row[0]: row[1] for row in cursor.fetchall()}

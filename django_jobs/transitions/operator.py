@@ -101,7 +101,8 @@ def manual_retry(job_id: int, *, actor: str, reason: str) -> str:
             row = cursor.fetchone()
     except IntegrityError as exc:
         raise ActionRefused(
-            f"job {job_id} was not retried: another pending or running job of its type holds its unique key"
+            f"job {job_id} was not retried: another pending, running or parked job of its type "
+            "holds its unique key"
         ) from exc
     if row is None:
         raise ActionRefused(f"job {job_id} was not retried: only failed, cancelled or parked jobs can be")

@@ -19,8 +19,13 @@ class Expired:
     type: str
     execution_id: uuid.UUID
     worker_id: str | None
-    attempt: int
+    #: Executions started so far; the lost one is among them if ``started``.
+    attempts: int
     max_attempts: int
+    #: Whether the lost execution was recorded as started (a prefetched job may not be).
+    started: bool
+    on_lost: str
+    cancel_requested: bool
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,40 +33,48 @@ class Recovery:
     """What the reaper decided for one expired execution."""
 
     expired: Expired
-    status: str  # pending, failed or needs_review
+    status: str  # pending, failed, cancelled or needs_review
+    event: str
+    attempts: int  # the job's attempts after the recovery
+    error_code: str
     delay: float = 0.0
     reason: str = ""
 
 
 _SELECT_EXPIRED = """
-SELECT id, type, execution_id, worker_id, attempts, max_attempts FROM django_jobs_job
+SELECT id, type, execution_id, worker_id, attempts, max_attempts, started_at IS NOT NULL, on_lost,
+       cancel_requested_at IS NOT NULL
+FROM django_jobs_job
 WHERE status = 'running' AND lease_expires_at < now()
 ORDER BY lease_expires_at LIMIT %s
 FOR UPDATE SKIP LOCKED
 """
 _RECOVER = """
 WITH decision AS (
-    SELECT * FROM unnest(%s::bigint[], %s::uuid[], %s::text[], %s::text[], %s::float8[], %s::text[])
-        AS d(id, execution_id, worker_id, status, delay, reason)
+    SELECT * FROM unnest(%s::bigint[], %s::uuid[], %s::text[], %s::text[], %s::float8[], %s::text[],
+                         %s::text[], %s::int[], %s::text[])
+        AS d(id, execution_id, worker_id, status, delay, reason, event, attempts, error_code)
 ), moved AS (
     UPDATE django_jobs_job j SET
         status = d.status,
+        attempts = d.attempts,
         available_at = CASE WHEN d.status = 'pending'
                             THEN now() + make_interval(secs => d.delay) ELSE j.available_at END,
         failed_at = CASE WHEN d.status = 'failed' THEN now() ELSE j.failed_at END,
-        finished_at = CASE WHEN d.status = 'failed' THEN now() END,
-        last_error_code = 'LEASE_LOST',
+        finished_at = CASE WHEN d.status IN ('failed', 'cancelled') THEN now() END,
+        last_error_code = d.error_code,
         last_error = d.reason,
         worker_id = NULL, execution_id = NULL, heartbeat_at = NULL, lease_expires_at = NULL
     FROM decision d
     WHERE j.id = d.id AND j.execution_id = d.execution_id AND j.status = 'running'
       AND j.lease_expires_at < now()
-    RETURNING j.id, j.attempts, d.status, d.execution_id, d.worker_id, d.reason, d.delay
+    RETURNING j.id, j.attempts, d.status, d.execution_id, d.worker_id, d.reason, d.delay, d.event,
+              d.error_code
 ), events AS (
     INSERT INTO django_jobs_jobevent
         (job_id, kind, from_status, to_status, execution_id, worker_id, attempt, error_code,
          error, actor, details)
-    SELECT id, 'recovered', 'running', status, execution_id, worker_id, attempts, 'LEASE_LOST',
+    SELECT id, event, 'running', status, execution_id, worker_id, attempts, error_code,
            reason, 'reaper',
            CASE WHEN status = 'pending' THEN jsonb_build_object('retry_in', round(delay::numeric, 3)) END
     FROM moved
@@ -91,6 +104,9 @@ def recover_expired(decide: Callable[[Expired], Recovery], limit: int) -> list[R
                 [r.status for r in decisions],
                 [r.delay for r in decisions],
                 [r.reason for r in decisions],
+                [r.event for r in decisions],
+                [r.attempts for r in decisions],
+                [r.error_code for r in decisions],
             ],
         )
         moved = {row[0] for row in cursor.fetchall()}

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
+import math
 import os
 import signal
+import threading
 import time
 from typing import Any
 
@@ -17,6 +20,7 @@ from django_jobs import (
     Reconciliation,
     RetryableError,
     SkipJob,
+    cancel,
     job,
 )
 from testproject.demo.client import call_provider, lookup_operation
@@ -234,3 +238,119 @@ def unsafe_send(ctx: JobContext, payload: dict[str, Any]) -> None:
 def lease_only(ctx: JobContext, payload: dict[str, Any]) -> None:
     """Runs on its lease alone (no heartbeat): it must finish within lease_timeout."""
     time.sleep(payload["seconds"])
+
+
+# ---- hostile handlers: whatever they do, the worker holds --------------------------------------
+
+
+@job("test.async", backoff=FAST)
+async def async_handler(ctx: JobContext, payload: dict[str, Any]) -> None:
+    """Written `async def`: it must run, not be marked completed unawaited."""
+    await asyncio.sleep(0.01)
+    await BusinessRow.objects.acreate(
+        key=f"async:{ctx.job_id}:{ctx.attempt}", job_id=ctx.job_id, execution_id=ctx.execution_id
+    )
+    if payload.get("fail"):
+        raise RetryableError("async failure", code="ASYNC_FAILED")
+
+
+class _Unprintable(Exception):
+    def __str__(self) -> str:
+        raise RuntimeError("describing this error fails too")
+
+
+class _BadCode:
+    def __str__(self) -> str:
+        raise RuntimeError("even str() of this code fails")
+
+
+def _hostile_exception(kind: str) -> BaseException:
+    """The odd things a handler (or a library under it) raises."""
+    return {
+        "nul": RetryableError("provider said \x00\x00 and then \ud800 garbage"),
+        "long_code": RetryableError("long code", code="E" * 150),
+        "object_code": RetryableError("code of an odd type", code=_BadCode()),  # type: ignore[arg-type]
+        "int_code": PermanentError("a numeric code", code=503),  # type: ignore[arg-type]
+        "inf_retry": RateLimitedError("come back never", retry_after=math.inf),
+        "nan_retry": RateLimitedError("come back whenever", retry_after=math.nan),
+        "huge_retry": RateLimitedError("come back in 3e12 years", retry_after=1e20),
+        "huge_error": RetryableError("x" * 5_000_000),
+        "system_exit": SystemExit(3),
+        "keyboard_interrupt": KeyboardInterrupt(),
+        "cancelled_error": asyncio.CancelledError(),
+        "unprintable": _Unprintable(),
+        "generator_exit": GeneratorExit(),
+    }[kind]
+
+
+@job("test.hostile", backoff=FAST, max_attempts=3)
+def hostile(ctx: JobContext, payload: dict[str, Any]) -> None:
+    """Raises the hostile exception its payload names, on every attempt."""
+    raise _hostile_exception(payload["kind"])
+
+
+#: Set by a test to let blocked handlers return; a handler in a call without timeout otherwise.
+UNBLOCK = threading.Event()
+
+
+@job("test.blocked", priority=10)
+def blocked(ctx: JobContext, payload: dict[str, Any]) -> None:
+    """Stuck in a call without a timeout (until the test unblocks it)."""
+    _mark(ctx, "started")
+    UNBLOCK.wait(payload.get("seconds", 60))
+
+
+@job("test.hung", timeout=0.3, backoff=FAST, max_attempts=2)
+def hung(ctx: JobContext, payload: dict[str, Any]) -> None:
+    """Ignores its deadline in a call without a timeout."""
+    _mark(ctx, "started")
+    UNBLOCK.wait(payload.get("seconds", 60))
+
+
+@job("test.cancel_then_fail", backoff=FAST)
+def cancel_then_fail(ctx: JobContext, payload: dict[str, Any]) -> None:
+    """An operator asks to cancel while the job runs; the job then fails with a retryable error."""
+    cancel(ctx.job_id, actor="ops", reason="stop it")
+    raise RetryableError("the provider is down", code="PROVIDER_5XX")
+
+
+@job("test.quiet_long", heartbeat=False, lease_timeout=30)
+def quiet_long(ctx: JobContext, payload: dict[str, Any]) -> None:
+    """Runs on its lease alone, and stops when cancelled."""
+    _mark(ctx, "started")
+    deadline = time.monotonic() + payload["seconds"]
+    while time.monotonic() < deadline:
+        time.sleep(0.02)
+        ctx.raise_if_cancelled()
+    _mark(ctx, "finished")
+
+
+@job("test.atomic_side_writes", backoff=FAST)
+def atomic_side_writes(ctx: JobContext, payload: dict[str, Any]) -> None:
+    """Reports progress and a checkpoint from inside its own transaction, then works on."""
+    with transaction.atomic():
+        BusinessRow.objects.create(
+            key=f"atomic:{ctx.job_id}", job_id=ctx.job_id, execution_id=ctx.execution_id
+        )
+        ctx.progress(1, 2)
+        ctx.save_checkpoint({"step": 1})
+        ctx.heartbeat()
+        time.sleep(payload["seconds"])
+
+
+@job("test.deadline", timeout=120)
+def deadline(ctx: JobContext, payload: dict[str, Any]) -> None:
+    """Records the deadline it was given (in the database's time)."""
+    assert ctx.deadline is not None
+    key = f"deadline:{ctx.job_id}:{ctx.deadline.timestamp()}"
+    BusinessRow.objects.create(key=key, job_id=ctx.job_id, execution_id=ctx.execution_id)
+
+
+@job("test.db_user", backoff=FAST, max_attempts=3)
+def db_user(ctx: JobContext, payload: dict[str, Any]) -> None:
+    """A short job that needs the database: a crowded server refuses it."""
+    with transaction.atomic():
+        BusinessRow.objects.create(
+            key=f"db_user:{payload['n']}", job_id=ctx.job_id, execution_id=ctx.execution_id
+        )
+        time.sleep(payload.get("pause", 0.01))

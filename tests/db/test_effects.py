@@ -9,13 +9,12 @@ from django.db import transaction
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from django_jobs import compare_and_set, enqueue, once, reaper
+from django_jobs import ErrorCode, compare_and_set, enqueue, once, outcomes, reaper
 from django_jobs.context import Lease
 from django_jobs.executor import execute
 from django_jobs.models import Job, ProcessedEffect
 from django_jobs.states import JobStatus
-from django_jobs.transitions import ClaimStatement, claim, write_outcomes
-from testproject.testjobs.jobs import SimulatedCrash
+from django_jobs.transitions import ClaimStatement, claim
 from testproject.testjobs.models import EffectLog
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -80,15 +79,14 @@ def test_effect_happens_exactly_once_whatever_the_crashes(plan: list[str], lose_
         if not claims:
             break
         current = claims[0]
-        try:
-            result = execute(current, Lease(current.id, current.execution_id, 60.0))
-        except SimulatedCrash:
-            result = None  # the process died: nothing is written, the lease will expire
-        if result is not None and result.outcome is not None:
+        finished = execute(current, Lease(current.id, current.execution_id, 60.0))
+        # A SimulatedCrash stands for the process dying: nothing is written, the lease will expire.
+        crashed = finished.error_code == ErrorCode.BASE_EXCEPTION and "SimulatedCrash" in str(finished.error)
+        if not crashed and finished.happened is not None:
             if lose_completion and not completion_lost_once:
                 completion_lost_once = True  # effect done, acknowledgement lost (e.g. the DB blipped)
             else:
-                write_outcomes([result.outcome])
+                outcomes.write([finished])
         if Job.objects.get(id=job.id).status == JobStatus.RUNNING:
             # Build the state "lease expired" (the execution is gone) and let the reaper act.
             Job.objects.filter(id=job.id).update(lease_expires_at=Job.objects.get(id=job.id).started_at)

@@ -5,14 +5,16 @@ Real `runjobs` processes, real signals (SIGKILL, SIGSTOP/SIGCONT, SIGTERM), real
 
 from __future__ import annotations
 
+import datetime as dt
 import signal
 from collections.abc import Callable, Iterator
 
 import pytest
 
-from django_jobs import enqueue
+from django_jobs import enqueue, reaper
 from django_jobs.models import Job, JobEvent
 from django_jobs.states import EventKind, JobStatus
+from django_jobs.worker import EXIT_MARGIN
 from testproject.testjobs.models import BusinessRow
 from tests.process.workers import WorkerProcess, wait_for
 
@@ -110,21 +112,35 @@ def test_8_sigterm_stops_claiming_and_lets_the_running_job_finish(start_worker: 
     assert not Job.objects.filter(status=JobStatus.RUNNING).exists()
 
 
-def test_grace_period_exceeded_releases_the_job_for_a_prompt_retry(start_worker: StartWorker) -> None:
+def _left_to_its_lease(job: Job, db_now: Callable[[], object]) -> None:
+    """The worker exited with the job still running: never given back while its thread may run
+    (two executions would overlap); its lease, cut short, expires and the reaper decides."""
+    job.refresh_from_db()
+    assert job.status == JobStatus.RUNNING and job.attempts == 1
+    assert job.lease_expires_at <= db_now() + dt.timedelta(seconds=EXIT_MARGIN)  # type: ignore[operator]
+    wait_for(lambda: Job.objects.stale().filter(id=job.id).exists(), timeout=EXIT_MARGIN + 2)
+    assert reaper.recover() == {"pending": 1}
+    job.refresh_from_db()
+    assert (job.status, job.attempts, job.last_error_code) == (JobStatus.PENDING, 1, "LEASE_LOST")
+    assert JobEvent.objects.get(job=job).kind == EventKind.RECOVERED
+    assert not BusinessRow.objects.filter(key__startswith="finished:").exists()
+
+
+def test_grace_period_exceeded_leaves_the_job_to_its_shortened_lease(
+    start_worker: StartWorker, db_now: Callable[[], object]
+) -> None:
     job = enqueue("test.long", {"seconds": 60})
     worker = start_worker("--grace", "0.5")
     wait_for(lambda: started(job) == 1, what="the job to start")
     worker.send(signal.SIGTERM)
     assert worker.wait(timeout=10) == 0
-    job.refresh_from_db()
-    assert (job.status, job.attempts, job.worker_id) == (JobStatus.PENDING, 1, job.worker_id)
-    event = JobEvent.objects.get(job=job)
-    assert (event.kind, event.from_status, event.to_status) == (EventKind.RELEASED, "running", "pending")
-    assert "grace period" in (event.reason or "")
-    assert not BusinessRow.objects.filter(key__startswith="finished:").exists()
+    assert "left to their leases" in worker.output()
+    _left_to_its_lease(job, db_now)
 
 
-def test_second_signal_releases_running_jobs_at_once(start_worker: StartWorker) -> None:
+def test_second_signal_exits_at_once_and_leaves_running_jobs_to_their_leases(
+    start_worker: StartWorker, db_now: Callable[[], object]
+) -> None:
     job = enqueue("test.long", {"seconds": 60})
     worker = start_worker("--grace", "60")
     wait_for(lambda: started(job) == 1, what="the job to start")
@@ -132,8 +148,7 @@ def test_second_signal_releases_running_jobs_at_once(start_worker: StartWorker) 
     wait_for(lambda: "no new claims" in worker.output(), what="the first signal to be handled")
     worker.send(signal.SIGINT)
     assert worker.wait(timeout=10) == 0
-    assert status(job) == JobStatus.PENDING
-    assert JobEvent.objects.get(job=job).kind == EventKind.RELEASED
+    _left_to_its_lease(job, db_now)
 
 
 def test_checkpointed_job_resumes_after_kill_9(start_worker: StartWorker) -> None:

@@ -1,0 +1,156 @@
+"""Where a job goes after an execution ends, however it ended. Pure: no database, no clock.
+
+Every writer that ends an execution asks :func:`decide`: the executor (the handler returned or
+raised), the worker (a job released at shutdown or during an outage, a prefetched job that never
+started) and the reaper (a lease that expired). So the rules below hold whoever ends the
+execution, and each is written once:
+
+1. A verdict the handler gave is final: completed, skipped, cancelled, failed (permanent).
+2. A cancel request is never dropped: an execution that ends without a verdict (an error, a
+   lost lease, an interruption, a release) ends ``cancelled`` when cancellation was requested,
+   instead of going back to ``pending`` to run again.
+3. Attempts count executions that *started*. An execution that never started (a prefetched job
+   given back) or that was stopped by an outage of the jobs database (not the handler's doing)
+   is given back uncounted and at once — except that a job cut off mid-run whose type forbids
+   a blind retry is parked for review (its effect may have happened).
+4. An execution that may have done its side effect without saying so (lost, interrupted, an
+   ambiguous error code) parks the job in ``needs_review`` when the type, *as stored on the job
+   row*, says a blind retry is unsafe. This wins over ``failed``: a human must look.
+5. Otherwise, retryable outcomes go back to ``pending`` after the backoff while attempts remain,
+   and to ``failed`` once ``max_attempts`` executions started.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+import random
+from dataclasses import dataclass
+
+from django_jobs.backoff import Backoff, Random
+from django_jobs.errors import AMBIGUOUS_CODES, OutcomeKind, classify
+from django_jobs.states import EventKind, JobStatus
+
+#: The longest retry delay any error may ask for (a year): ``Retry-After: inf`` is not a date.
+MAX_RETRY_DELAY = 365 * 24 * 3600.0
+
+
+class Happened(enum.Enum):
+    """How an execution ended, as its writer saw it."""
+
+    COMPLETED = "completed"  # the handler returned
+    RECONCILED_DONE = "reconciled_done"  # reconcile said the previous attempt's effect happened
+    RECONCILED_UNKNOWN = "reconciled_unknown"  # reconcile could not tell
+    SKIPPED = "skipped"  # SkipJob
+    CANCELLED = "cancelled"  # the handler stopped on a cancel request (JobCancelled)
+    PERMANENT = "permanent"  # PermanentError: retrying cannot help
+    RETRYABLE = "retryable"  # any other exception, a timeout, a handler killed at its deadline
+    LOST = "lost"  # the lease expired: the execution is presumed dead (the reaper)
+    INTERRUPTED = "interrupted"  # the worker stopped it mid-run and knows it stopped (shutdown)
+    NOT_STARTED = "not_started"  # claimed, but the handler never began
+    OUTAGE = "outage"  # the handler ran, and lost the jobs database under it
+
+
+#: Executions that ended without saying whether their side effect happened.
+_AMBIGUOUS = frozenset({Happened.LOST, Happened.INTERRUPTED})
+#: Executions that are given back as if they never ran.
+_UNCOUNTED = frozenset({Happened.NOT_STARTED, Happened.OUTAGE})
+_UNSAFE = "a blind retry is unsafe for this type"
+
+
+@dataclass(frozen=True, slots=True)
+class Situation:
+    """Everything :func:`decide` looks at; each writer fills it from what it knows."""
+
+    happened: Happened
+    #: The number of this execution (1 on the first run): executions started before it, plus one.
+    attempt: int
+    max_attempts: int
+    #: The type's policy for an execution that may have done its effect, from the job row.
+    on_lost: str = "retry"
+    cancel_requested: bool = False
+    error_code: str | None = None
+    #: The least delay the error asked for (Retry-After), in seconds; any float, even inf or nan.
+    retry_after: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    status: JobStatus
+    #: The event recorded with the arrow; None only for the plain success path.
+    event: EventKind | None
+    #: Whether this execution counts as an attempt (it started, and the failure was the job's).
+    counted: bool
+    #: Seconds before the job may be claimed again (pending only).
+    delay: float = 0.0
+    #: Why, in a few words, for the event and the logs.
+    reason: str = ""
+
+
+def decide(situation: Situation, backoff: Backoff, rng: Random = random.random) -> Decision:
+    """The single rule for where a job goes after an execution; see the module's docstring."""
+    s = situation
+    if s.happened in _UNCOUNTED:
+        if s.cancel_requested:
+            return Decision(JobStatus.CANCELLED, EventKind.CANCELLED, False, reason="cancel requested")
+        if s.happened is Happened.OUTAGE and s.on_lost == "needs_review":
+            # Cut off mid-run: its effect may have happened, and the type forbids a blind retry.
+            return Decision(JobStatus.NEEDS_REVIEW, EventKind.NEEDS_REVIEW, True, reason=_UNSAFE)
+        why = "never started" if s.happened is Happened.NOT_STARTED else "jobs database unreachable"
+        return Decision(JobStatus.PENDING, EventKind.RELEASED, False, reason=why)
+    if s.happened is Happened.COMPLETED:
+        return Decision(JobStatus.COMPLETED, None, True)
+    if s.happened is Happened.RECONCILED_DONE:
+        return Decision(JobStatus.COMPLETED, EventKind.RECONCILED, True, reason="effect already done")
+    if s.happened is Happened.SKIPPED:
+        return Decision(JobStatus.SKIPPED, EventKind.SKIPPED, True, reason="skipped by the handler")
+    if s.happened is Happened.CANCELLED:
+        return Decision(JobStatus.CANCELLED, EventKind.CANCELLED, True, reason="cancelled by the handler")
+    if s.happened is Happened.PERMANENT:
+        return Decision(JobStatus.FAILED, EventKind.FAILED, True, reason="permanent_error")
+    if s.happened is Happened.RECONCILED_UNKNOWN:
+        return Decision(JobStatus.NEEDS_REVIEW, EventKind.NEEDS_REVIEW, True, reason="reconcile unknown")
+    # RETRYABLE, LOST, INTERRUPTED: the execution started and ended without a verdict.
+    if s.cancel_requested:
+        return Decision(JobStatus.CANCELLED, EventKind.CANCELLED, True, reason="cancel requested")
+    ambiguous = s.happened in _AMBIGUOUS or s.error_code in AMBIGUOUS_CODES
+    if ambiguous and s.on_lost == "needs_review":
+        return Decision(JobStatus.NEEDS_REVIEW, EventKind.NEEDS_REVIEW, True, reason=_UNSAFE)
+    event = {
+        Happened.LOST: EventKind.RECOVERED,  # the reaper
+        Happened.INTERRUPTED: EventKind.RELEASED,
+        Happened.RETRYABLE: EventKind.RETRY_SCHEDULED,
+    }[s.happened]
+    if s.attempt >= s.max_attempts:
+        if s.happened is Happened.RETRYABLE:
+            event = EventKind.FAILED
+        return Decision(JobStatus.FAILED, event, True, reason="attempts_exhausted")
+    if s.happened is Happened.INTERRUPTED:
+        # Stopped by a shutdown, not by its own failure: another worker may take it at once.
+        return Decision(JobStatus.PENDING, event, True, reason="interrupted")
+    return Decision(JobStatus.PENDING, event, True, retry_delay(s, backoff, rng), reason="retry")
+
+
+def retry_delay(situation: Situation, backoff: Backoff, rng: Random = random.random) -> float:
+    """The backoff after ``situation.attempt``, with a Retry-After clamped to a sane range."""
+    retry_after = situation.retry_after
+    if retry_after is not None and not (math.isfinite(retry_after) and retry_after >= 0):
+        # nan, negative or infinite: nan means "no advice", infinity means "as late as we allow".
+        retry_after = MAX_RETRY_DELAY if retry_after == math.inf else None
+    if retry_after is not None:
+        retry_after = min(retry_after, MAX_RETRY_DELAY)
+    delay = backoff.delay(max(1, situation.attempt), retry_after=retry_after, rng=rng)
+    return min(max(0.0, delay), MAX_RETRY_DELAY)
+
+
+def happened_for(exc: BaseException) -> tuple[Happened, str, float | None]:
+    """How a handler's exception ended its execution: (happened, error code, retry_after)."""
+    classification = classify(exc)
+    happened = {
+        OutcomeKind.SKIP: Happened.SKIPPED,
+        OutcomeKind.CANCEL: Happened.CANCELLED,
+        OutcomeKind.FAIL: Happened.PERMANENT,
+        OutcomeKind.RETRY: Happened.RETRYABLE,
+    }[classification.kind]
+    return happened, classification.code, classification.retry_after
+

@@ -1,0 +1,172 @@
+"""The outcome writer: turns finished executions into status writes, in batches, and cannot be
+poisoned by what a handler reported.
+
+Each :class:`~django_jobs.executor.Finished` goes through :func:`django_jobs.decision.decide`
+and becomes an :class:`~django_jobs.transitions.Outcome` whose every field is storable: the
+error text without NUL characters and bounded, the code a bounded string, the delay clamped.
+If the database still refuses a batch for its data, the batch is written one row at a time,
+and only the row it refuses ends — ``failed`` with code ``OUTCOME_INVALID`` — so the worker
+never dies of a job's data and the rest of the batch is written.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import random
+from collections.abc import Sequence
+
+from django.db import DatabaseError
+
+from django_jobs import transitions
+from django_jobs.backoff import Random
+from django_jobs.conf import jobs_settings
+from django_jobs.decision import MAX_RETRY_DELAY, Happened, Situation, decide
+from django_jobs.errors import DATABASE_UNAVAILABLE, ErrorCode
+from django_jobs.executor import Finished
+from django_jobs.registry import default_backoff, registry
+from django_jobs.sanitize import error_code, storable_text
+from django_jobs.states import EventKind, JobStatus
+from django_jobs.transitions import Outcome
+
+logger = logging.getLogger("django_jobs.outcomes")
+
+
+def outcome_for(finished: Finished, cancel_requested: bool = False, rng: Random = random.random) -> Outcome:
+    """The write that ends ``finished``'s execution, as the decision says."""
+    claim = finished.claim
+    assert finished.happened is not None, "a lost execution has nothing to write"
+    job_type = registry.get(claim.type)
+    backoff = job_type.retry_policy if job_type is not None else default_backoff()
+    # A job given back unstarted keeps the error of its last real attempt (reconcile reads it).
+    unstarted = finished.happened is Happened.NOT_STARTED
+    code = None if finished.error_code is None or unstarted else error_code(finished.error_code)
+    decision = decide(
+        Situation(
+            finished.happened,
+            claim.attempt,
+            claim.max_attempts,
+            on_lost=claim.on_lost,
+            cancel_requested=cancel_requested,
+            error_code=code,
+            retry_after=_number(finished.retry_after),
+        ),
+        backoff,
+        rng,
+    )
+    delay = min(max(0.0, decision.delay), MAX_RETRY_DELAY)
+    details: str | None = finished.details
+    if decision.status == JobStatus.PENDING and decision.event == EventKind.RETRY_SCHEDULED:
+        details = json.dumps({"retry_in": round(delay, 3)})
+    elif decision.status == JobStatus.FAILED and finished.happened is not Happened.LOST:
+        details = json.dumps({"reason": decision.reason})
+    _log(finished, decision.status, code, delay)
+    completed = decision.status == JobStatus.COMPLETED
+    return Outcome(
+        job_id=claim.id,
+        execution_id=claim.execution_id,
+        status=decision.status,
+        delay=delay,
+        error_code=None if completed else code,
+        error=None if completed or unstarted or finished.error is None else storable_text(
+            finished.error, jobs_settings.MAX_ERROR_CHARS
+        ),
+        event=decision.event,
+        details=details,
+        attempts=claim.attempt if decision.counted else claim.attempt - 1,
+        ran_for=finished.ran_for if decision.counted and not claim.counted else None,
+        reason=decision.reason or None,
+    )
+
+
+def write(
+    finished: Sequence[Finished], cancel_requested: set[int] | frozenset[int] = frozenset()
+) -> dict[int, str]:
+    """Write the outcomes of ``finished`` executions; return ``{job id: status written}``.
+
+    A job missing from the result was taken over by another execution (its lease was lost).
+    Raises only when the jobs database is unreachable (the caller keeps the batch and retries).
+    """
+    live = [f for f in finished if f.happened is not None]
+    by_id = {f.claim.id: f for f in live}
+    outcomes = [outcome_for(f, f.claim.id in cancel_requested) for f in live]
+    written = _write(outcomes)
+    # A retry refused because a cancel request arrived since the decision: decide again.
+    refused = [o.job_id for o in outcomes if o.job_id not in written and o.status == JobStatus.PENDING]
+    again = transitions.cancel_requested_among(refused)
+    if again:
+        written.update(_write([outcome_for(by_id[job_id], cancel_requested=True) for job_id in again]))
+    return written
+
+
+def _write(outcomes: list[Outcome]) -> dict[int, str]:
+    try:
+        ids = transitions.write_outcomes(outcomes)
+        return {o.job_id: str(o.status) for o in outcomes if o.job_id in ids}
+    except DATABASE_UNAVAILABLE:
+        raise
+    except DatabaseError:
+        logger.exception("a batch of %s outcome(s) was refused; writing them one by one", len(outcomes))
+    written: dict[int, str] = {}
+    for outcome in outcomes:
+        try:
+            if transitions.write_outcomes([outcome]):
+                written[outcome.job_id] = str(outcome.status)
+        except DATABASE_UNAVAILABLE:
+            raise
+        except DatabaseError as exc:
+            if _write_refused(outcome, exc):
+                written[outcome.job_id] = JobStatus.FAILED
+    return written
+
+
+def _write_refused(outcome: Outcome, exc: DatabaseError) -> set[int]:
+    """End the one job whose outcome the database refused, with a plain, storable error."""
+    logger.error(
+        "outcome refused by the database id=%s status=%s: %s; the job ends failed (%s)",
+        outcome.job_id, outcome.status, type(exc).__name__, ErrorCode.OUTCOME_INVALID,
+    )  # fmt: skip
+    replacement = Outcome(
+        job_id=outcome.job_id,
+        execution_id=outcome.execution_id,
+        status=JobStatus.FAILED,
+        error_code=ErrorCode.OUTCOME_INVALID,
+        error=f"the outcome reported for this execution ({outcome.status}) could not be stored: "
+        f"{type(exc).__name__}",
+        event=EventKind.FAILED,
+        details=json.dumps({"reason": "outcome_invalid"}),
+        attempts=outcome.attempts,
+        ran_for=outcome.ran_for,
+    )
+    try:
+        return transitions.write_outcomes([replacement])
+    except DATABASE_UNAVAILABLE:
+        raise
+    except DatabaseError:
+        logger.exception("could not end job id=%s; its lease decides", outcome.job_id)
+        return set()
+
+
+def _number(value: object) -> float | None:
+    """A retry_after as a float, or None when it is not a number at all."""
+    if value is None or isinstance(value, bool):
+        return None
+    try:
+        return float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError, OverflowError):
+        return None
+
+
+def _log(finished: Finished, status: str, code: str | None, delay: float) -> None:
+    claim = finished.claim
+    if status == JobStatus.COMPLETED:
+        return
+    args = (claim.id, claim.type, claim.attempt, claim.max_attempts, code)
+    if finished.happened in (Happened.NOT_STARTED, Happened.OUTAGE):
+        logger.info("job released id=%s type=%s attempt=%s/%s code=%s → %s", *args, status)
+    elif status == JobStatus.PENDING:
+        logger.info("job retry scheduled id=%s type=%s attempt=%s/%s code=%s in=%.1fs", *args, delay)
+    elif status in (JobStatus.FAILED, JobStatus.NEEDS_REVIEW):
+        logger.warning("job %s id=%s type=%s attempt=%s/%s code=%s", status, *args)
+    else:
+        logger.info("job %s id=%s type=%s attempt=%s/%s code=%s", status, *args)

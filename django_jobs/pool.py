@@ -1,0 +1,202 @@
+"""The supervised executor pool: threads that each run one claimed job at a time.
+
+Every slot runs :func:`django_jobs.executor.execute`, which never raises, inside a loop that
+catches anything left (a bug of ours, a ``BaseException`` from a finally clause), so a slot is
+never lost to a job. The pool knows each slot's state:
+
+- *idle*: waiting for a claimed job;
+- *running*: its job started (the handler may be running for a long time: that is allowed);
+- *stuck*: its job ran past its deadline (the type's ``timeout``) by more than
+  ``STUCK_GRACE``. A thread cannot be killed: its lease is no longer extended (the reaper takes
+  the job back), and a new thread takes over the slot, so the worker keeps its concurrency. At
+  most ``concurrency`` stuck threads are carried; past that, the slot stays lost and the worker
+  says so — a process pool (``runjobs --pool process``) can kill such a handler instead.
+
+Jobs claimed beyond the idle slots wait in a buffer (prefetch). Prefetch is sized by the worker
+from the slots that are expected to free up soon, and a buffered job that waited longer than
+``max_buffer_wait`` is given back unstarted, so a slow or stuck slot never hoards jobs.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from django.db import connections
+
+from django_jobs.context import Lease
+from django_jobs.decision import Happened
+from django_jobs.executor import Finished
+from django_jobs.transitions import Claim
+
+logger = logging.getLogger("django_jobs.pool")
+
+#: Seconds past its deadline after which a running job's thread is declared stuck.
+STUCK_GRACE = 1.0
+
+
+@dataclass(eq=False)
+class Held:
+    """A claimed job in the pool: buffered until a slot takes it, then running."""
+
+    claim: Claim
+    lease: Lease
+    buffered_at: float = field(default_factory=time.monotonic)
+
+
+Execute = Callable[[Claim, Lease], Finished]
+
+
+class ExecutorPool:
+    def __init__(self, concurrency: int, execute: Execute, on_finished: Callable[[Finished], None]) -> None:
+        if concurrency < 1:
+            raise ValueError("concurrency must be >= 1")
+        self.concurrency = concurrency
+        self._execute = execute
+        self._on_finished = on_finished
+        self._lock = threading.Condition()
+        self._buffer: collections.deque[Held] = collections.deque()
+        self._running: dict[int, Held] = {}  # job id → the job a slot is running
+        self._threads: dict[int, threading.Thread] = {}  # slot → its current thread
+        self._slot_of: dict[int, int] = {}  # job id → slot running it
+        self._stuck: list[tuple[threading.Thread, Held]] = []
+        self._stopping = False
+        self._spawned = 0
+
+    # ---- the worker's side --------------------------------------------------------------------
+
+    def start(self) -> None:
+        for slot in range(self.concurrency):
+            self._spawn(slot)
+
+    def submit(self, held: list[Held]) -> None:
+        with self._lock:
+            self._buffer.extend(held)
+            self._lock.notify(len(held))
+
+    def counts(self) -> tuple[int, int, int]:
+        """(buffered, running, idle slots)."""
+        with self._lock:
+            running = len(self._running)
+            return len(self._buffer), running, self._live_slots() - running
+
+    def soon_free(self, busy_for: float) -> int:
+        """Slots that are idle or whose job has run less than ``busy_for`` seconds."""
+        now = time.monotonic()
+        with self._lock:
+            long_running = sum(
+                1 for h in self._running.values() if now - (h.lease.started or now) > busy_for
+            )
+            return self._live_slots() - long_running
+
+    def running_leases(self) -> list[Lease]:
+        with self._lock:
+            return [h.lease for h in self._running.values()]
+
+    def running_jobs(self) -> list[Held]:
+        with self._lock:
+            return list(self._running.values())
+
+    def take_buffered(self, older_than: float | None = None) -> list[Held]:
+        """Remove buffered jobs (all, or those waiting longer than ``older_than`` seconds)."""
+        now = time.monotonic()
+        with self._lock:
+            if older_than is None:
+                taken, self._buffer = list(self._buffer), collections.deque()
+                return taken
+            taken = [h for h in self._buffer if now - h.buffered_at > older_than]
+            if taken:
+                self._buffer = collections.deque(h for h in self._buffer if now - h.buffered_at <= older_than)
+            return taken
+
+    def replace_stuck(self) -> list[Held]:
+        """Declare stuck the slots whose job is past its deadline + ``STUCK_GRACE``; give each a
+        new thread while fewer than ``concurrency`` stuck threads are carried. Returns the
+        jobs newly declared stuck."""
+        now = time.monotonic()
+        declared: list[Held] = []
+        with self._lock:
+            self._stuck = [(t, h) for t, h in self._stuck if t.is_alive()]
+            for job_id, held in list(self._running.items()):
+                deadline = held.lease.deadline
+                if deadline is None or now < deadline + STUCK_GRACE:
+                    continue
+                slot = self._slot_of.pop(job_id)
+                del self._running[job_id]
+                self._stuck.append((self._threads[slot], held))
+                declared.append(held)
+                if len(self._stuck) <= self.concurrency:
+                    self._spawn(slot)
+                else:
+                    del self._threads[slot]
+                    logger.error(
+                        "slot %s lost to a stuck job id=%s: %s stuck thread(s) carried already; "
+                        "use --pool process to kill handlers at their deadline",
+                        slot, job_id, len(self._stuck) - 1,
+                    )  # fmt: skip
+        for held in declared:
+            logger.error(
+                "job stuck past its deadline id=%s type=%s execution=%s: its lease runs out and "
+                "the reaper takes it back; a new thread takes its slot",
+                held.claim.id, held.claim.type, held.claim.execution_id,
+            )  # fmt: skip
+        return declared
+
+    def stop(self) -> None:
+        """No slot takes a new job from now on (jobs already running go on)."""
+        with self._lock:
+            self._stopping = True
+            self._lock.notify_all()
+
+    def join(self, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        with self._lock:
+            threads = list(self._threads.values())
+        for thread in threads:
+            thread.join(max(0.0, deadline - time.monotonic()))
+
+    # ---- the slots ----------------------------------------------------------------------------
+
+    def _live_slots(self) -> int:
+        return len(self._threads)
+
+    def _spawn(self, slot: int) -> None:
+        self._spawned += 1
+        name = f"django_jobs-executor-{slot}.{self._spawned}"
+        thread = threading.Thread(target=self._slot_loop, args=(slot,), name=name, daemon=True)
+        self._threads[slot] = thread
+        thread.start()
+
+    def _slot_loop(self, slot: int) -> None:
+        me = threading.current_thread()
+        try:
+            while True:
+                with self._lock:
+                    while not self._buffer and not self._stopping and self._threads.get(slot) is me:
+                        self._lock.wait()
+                    if self._stopping or not self._buffer or self._threads.get(slot) is not me:
+                        return
+                    held = self._buffer.popleft()
+                    self._running[held.claim.id] = held
+                    self._slot_of[held.claim.id] = slot
+                try:
+                    finished = self._execute(held.claim, held.lease)
+                except BaseException as exc:
+                    logger.exception("executor error id=%s", held.claim.id)
+                    finished = Finished(held.claim, Happened.RETRYABLE, "UNKNOWN", repr(exc)[:500])
+                with self._lock:
+                    mine = self._slot_of.get(held.claim.id) == slot
+                    if mine:
+                        del self._running[held.claim.id]
+                        del self._slot_of[held.claim.id]
+                # A thread declared stuck meanwhile reports too: its outcome is written only if
+                # its lease still holds (guarded write). Then it ends: its slot has a new thread.
+                self._on_finished(finished)
+                if not mine:
+                    return
+        finally:
+            connections.close_all()
