@@ -12,7 +12,8 @@ execution, and each is written once:
 3. Attempts count executions that *started*. An execution that never started (a prefetched job
    given back) or that was stopped by an outage of the jobs database (not the handler's doing)
    is given back uncounted and at once — except that a job cut off mid-run whose type forbids
-   a blind retry is parked for review (its effect may have happened).
+   a blind retry is parked for review (its effect may have happened), and that a job cut off
+   twice in a row counts (it may be what breaks the connection).
 4. An execution that may have done its side effect without saying so (lost, interrupted, an
    ambiguous error code) parks the job in ``needs_review`` when the type, *as stored on the job
    row*, says a blind retry is unsafe. This wins over ``failed``: a human must look.
@@ -22,13 +23,14 @@ execution, and each is written once:
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import math
 import random
 from dataclasses import dataclass
 
 from django_jobs.backoff import Backoff, Random
-from django_jobs.errors import AMBIGUOUS_CODES, OutcomeKind, classify
+from django_jobs.errors import AMBIGUOUS_CODES, ErrorCode, OutcomeKind, classify
 from django_jobs.states import EventKind, JobStatus
 
 #: The longest retry delay any error may ask for (a year): ``Retry-After: inf`` is not a date.
@@ -72,6 +74,8 @@ class Situation:
     error_code: str | None = None
     #: The least delay the error asked for (Retry-After), in seconds; any float, even inf or nan.
     retry_after: float | None = None
+    #: The error code the job carried before this execution (its last counted ending).
+    previous_error_code: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,6 +94,10 @@ class Decision:
 def decide(situation: Situation, backoff: Backoff, rng: Random = random.random) -> Decision:
     """The single rule for where a job goes after an execution; see the module's docstring."""
     s = situation
+    if s.happened is Happened.OUTAGE and s.previous_error_code == ErrorCode.DATABASE_UNAVAILABLE:
+        # Cut off twice in a row: the handler may be what breaks the connection (a query that
+        # kills its backend). It counts, so it cannot loop forever.
+        s = dataclasses.replace(s, happened=Happened.RETRYABLE, error_code=ErrorCode.DATABASE_UNAVAILABLE)
     if s.happened in _UNCOUNTED:
         if s.cancel_requested:
             return Decision(JobStatus.CANCELLED, EventKind.CANCELLED, False, reason="cancel requested")

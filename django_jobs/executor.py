@@ -122,10 +122,11 @@ def _failure(claim: Claim, exc: BaseException, started: float) -> Finished:
     ran_for = time.perf_counter() - started
     if isinstance(exc, LeaseLost):
         return Finished(claim, None, ran_for=ran_for)
-    if _caused_by_unreachable_database(exc) and not _jobs_database_reachable():
+    if _caused_by_unreachable_database(exc) and not _jobs_connection_sound():
         logger.warning(
-            "jobs database unreachable during job id=%s type=%s: released uncounted", claim.id, claim.type
-        )
+            "connection to the jobs database lost during job id=%s type=%s: not counted as its failure",
+            claim.id, claim.type,
+        )  # fmt: skip
         code = ErrorCode.DATABASE_UNAVAILABLE
         return Finished(claim, Happened.OUTAGE, code, describe(exc), ran_for=ran_for)
     try:
@@ -242,6 +243,19 @@ def _jobs_database_reachable() -> bool:
     except DatabaseError:
         connection.close()
         return False
+
+
+def _jobs_connection_sound() -> bool:
+    """Whether this thread's connection to the jobs database survived (it may have been cut,
+    or refused when the handler needed it); reconnects it for the next job if it can."""
+    connection = connections[jobs_settings.DATABASE]
+    try:
+        if connection.connection is not None and connection.is_usable():
+            return True
+    except DatabaseError:
+        pass
+    _jobs_database_reachable()
+    return False
 
 
 def _reset_connections() -> None:

@@ -50,6 +50,7 @@ def outcome_for(finished: Finished, cancel_requested: bool = False, rng: Random 
             cancel_requested=cancel_requested,
             error_code=code,
             retry_after=_number(finished.retry_after),
+            previous_error_code=claim.last_error_code,
         ),
         backoff,
         rng,

@@ -348,9 +348,21 @@ def deadline(ctx: JobContext, payload: dict[str, Any]) -> None:
 
 @job("test.db_user", backoff=FAST, max_attempts=3)
 def db_user(ctx: JobContext, payload: dict[str, Any]) -> None:
-    """A short job that needs the database: a crowded server refuses it."""
+    """A short job that needs the database: a crowded server refuses it. Idempotent: an
+    execution whose outcome was lost with the connection runs again, and writes nothing new."""
     with transaction.atomic():
-        BusinessRow.objects.create(
-            key=f"db_user:{payload['n']}", job_id=ctx.job_id, execution_id=ctx.execution_id
+        BusinessRow.objects.get_or_create(
+            key=f"db_user:{payload['n']}", defaults={"job_id": ctx.job_id, "execution_id": ctx.execution_id}
         )
         time.sleep(payload.get("pause", 0.01))
+
+
+@job("test.effect_row", backoff=FAST, max_attempts=50)
+def effect_row(ctx: JobContext, payload: dict[str, Any]) -> None:
+    """A business row written once through ctx.effect, the row itself UNIQUE as a witness."""
+    time.sleep(payload.get("pause", 0.01))
+    with ctx.effect(f"effect_row:{payload['n']}") as first_time:
+        if first_time:
+            BusinessRow.objects.create(
+                key=f"effect:{payload['n']}", job_id=ctx.job_id, execution_id=ctx.execution_id
+            )

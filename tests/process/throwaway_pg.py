@@ -32,7 +32,9 @@ def _free_port() -> int:
 
 
 class ThrowawayCluster:
-    def __init__(self) -> None:
+    def __init__(self, **settings: str) -> None:
+        #: Server settings passed as -c NAME=VALUE at every start (max_connections=20, say).
+        self.settings = settings
         self.bin = _bindir()
         self.dir = Path(tempfile.mkdtemp(prefix="django-jobs-pg-"))
         self.data = self.dir / "data"
@@ -56,6 +58,7 @@ class ThrowawayCluster:
 
     def start(self) -> None:
         options = f"-c listen_addresses=127.0.0.1 -c port={self.port} -c unix_socket_directories={self.dir}"
+        options += "".join(f" -c {name}={value}" for name, value in self.settings.items())
         self._run(
             str(self.bin / "pg_ctl"),
             "-D",

@@ -29,7 +29,7 @@ class WorkerProcess:
         self.process = subprocess.Popen(
             [sys.executable, "manage.py", "runjobs", *args],
             cwd=ROOT,
-            env={**env, **FAST_LEASES},
+            env={**FAST_LEASES, **env},  # the caller may override a setting
             stdout=self._log,
             stderr=subprocess.STDOUT,
             start_new_session=True,  # a signal for the test runner never reaches the worker
