@@ -23,6 +23,7 @@ import collections
 import logging
 import threading
 import time
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -60,9 +61,11 @@ class ExecutorPool:
         self._on_finished = on_finished
         self._lock = threading.Condition()
         self._buffer: collections.deque[Held] = collections.deque()
-        self._running: dict[int, Held] = {}  # job id → the job a slot is running
+        # Keyed by execution, not by job: a job taken back from a stuck thread may be claimed
+        # again by this worker while the stuck thread still runs its old execution.
+        self._running: dict[uuid.UUID, Held] = {}  # execution id → the job a slot is running
         self._threads: dict[int, threading.Thread] = {}  # slot → its current thread
-        self._slot_of: dict[int, int] = {}  # job id → slot running it
+        self._slot_of: dict[uuid.UUID, int] = {}  # execution id → slot running it
         self._stuck: list[tuple[threading.Thread, Held]] = []
         self._stopping = False
         self._spawned = 0
@@ -121,12 +124,12 @@ class ExecutorPool:
         declared: list[Held] = []
         with self._lock:
             self._stuck = [(t, h) for t, h in self._stuck if t.is_alive()]
-            for job_id, held in list(self._running.items()):
+            for execution_id, held in list(self._running.items()):
                 deadline = held.lease.deadline
                 if deadline is None or now < deadline + STUCK_GRACE:
                     continue
-                slot = self._slot_of.pop(job_id)
-                del self._running[job_id]
+                slot = self._slot_of.pop(execution_id)
+                del self._running[execution_id]
                 self._stuck.append((self._threads[slot], held))
                 declared.append(held)
                 if len(self._stuck) <= self.concurrency:
@@ -134,9 +137,8 @@ class ExecutorPool:
                 else:
                     del self._threads[slot]
                     logger.error(
-                        "slot %s lost to a stuck job id=%s: %s stuck thread(s) carried already; "
-                        "use --pool process to kill handlers at their deadline",
-                        slot, job_id, len(self._stuck) - 1,
+                        "slot %s lost to a stuck job id=%s: %s stuck thread(s) carried already",
+                        slot, held.claim.id, len(self._stuck) - 1,
                     )  # fmt: skip
         for held in declared:
             logger.error(
@@ -181,18 +183,18 @@ class ExecutorPool:
                     if self._stopping or not self._buffer or self._threads.get(slot) is not me:
                         return
                     held = self._buffer.popleft()
-                    self._running[held.claim.id] = held
-                    self._slot_of[held.claim.id] = slot
+                    self._running[held.claim.execution_id] = held
+                    self._slot_of[held.claim.execution_id] = slot
                 try:
                     finished = self._execute(held.claim, held.lease)
                 except BaseException as exc:
                     logger.exception("executor error id=%s", held.claim.id)
                     finished = Finished(held.claim, Happened.RETRYABLE, "UNKNOWN", repr(exc)[:500])
                 with self._lock:
-                    mine = self._slot_of.get(held.claim.id) == slot
+                    mine = self._slot_of.get(held.claim.execution_id) == slot
                     if mine:
-                        del self._running[held.claim.id]
-                        del self._slot_of[held.claim.id]
+                        del self._running[held.claim.execution_id]
+                        del self._slot_of[held.claim.execution_id]
                 # A thread declared stuck meanwhile reports too: its outcome is written only if
                 # its lease still holds (guarded write). Then it ends: its slot has a new thread.
                 self._on_finished(finished)
