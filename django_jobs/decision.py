@@ -1,8 +1,8 @@
 """Where a job goes after an execution ends, however it ended. Pure: no database, no clock.
 
 Every writer that ends an execution asks :func:`decide`: the executor (the handler returned or
-raised), the worker (a job released at shutdown or during an outage, a prefetched job that never
-started) and the reaper (a lease that expired). So the rules below hold whoever ends the
+raised, or the jobs database cut it off), the worker (a prefetched job given back unstarted) and
+the reaper (a lease that expired). So the rules below hold whoever ends the
 execution, and each is written once:
 
 1. A verdict the handler gave is final: completed, skipped, cancelled, failed (permanent).

@@ -68,7 +68,7 @@ def execute(claim: Claim, lease: Lease, side_writer: SideWriter | None = None) -
     lease.start()
     try:
         finished = _run(claim, lease, side_writer, started)
-    except BaseException as exc:
+    except BaseException as exc:  # SystemExit, KeyboardInterrupt, CancelledError: still an outcome
         finished = _failure(claim, exc, started)
     finally:
         lease.done = True
@@ -131,7 +131,7 @@ def _failure(claim: Claim, exc: BaseException, started: float) -> Finished:
         return Finished(claim, Happened.OUTAGE, code, describe(exc), ran_for=ran_for)
     try:
         happened, code, retry_after = happened_for(exc)
-    except BaseException:
+    except BaseException:  # an exception whose attributes raise is still an outcome
         happened, code, retry_after = Happened.RETRYABLE, ErrorCode.UNKNOWN, None
     if not isinstance(exc, Exception):
         code = ErrorCode.BASE_EXCEPTION
@@ -221,7 +221,7 @@ def describe(exc: BaseException) -> str:
         message = f"{type(exc).__name__}: {exc}"
         trace = "".join(traceback.format_exception(exc))
         text = f"{message}\n\n{trace}"
-    except BaseException as inner:
+    except BaseException as inner:  # a __str__ or traceback that raises
         text = f"{type(exc).__name__} (its description raised {type(inner).__name__})"
     return storable_text(text, jobs_settings.MAX_ERROR_CHARS)
 

@@ -113,7 +113,7 @@ class Heartbeat:
                 continue
             try:
                 future.set_result(write())
-            except BaseException as exc:
+            except BaseException as exc:  # handed to the handler that asked
                 if isinstance(exc, DATABASE_UNAVAILABLE):
                     connections[jobs_settings.DATABASE].close()
                 future.set_exception(exc)

@@ -111,9 +111,10 @@ class ExecutorPool:
             if older_than is None:
                 taken, self._buffer = list(self._buffer), collections.deque()
                 return taken
-            taken = [h for h in self._buffer if now - h.buffered_at > older_than]
-            if taken:
-                self._buffer = collections.deque(h for h in self._buffer if now - h.buffered_at <= older_than)
+            # The buffer is in claim order, so the oldest are at its head.
+            taken = []
+            while self._buffer and now - self._buffer[0].buffered_at > older_than:
+                taken.append(self._buffer.popleft())
             return taken
 
     def replace_stuck(self) -> list[Held]:
@@ -161,7 +162,15 @@ class ExecutorPool:
         for thread in threads:
             thread.join(max(0.0, deadline - time.monotonic()))
 
+    def interrupt(self) -> bool:
+        """Stop the running executions now, if this pool can (a thread cannot be stopped)."""
+        return False
+
     # ---- the slots ----------------------------------------------------------------------------
+
+    def _run(self, slot: int, held: Held) -> Finished:
+        """Run one job in ``slot``; here, on the slot's own thread."""
+        return self._execute(held.claim, held.lease)
 
     def _live_slots(self) -> int:
         return len(self._threads)
@@ -186,8 +195,8 @@ class ExecutorPool:
                     self._running[held.claim.execution_id] = held
                     self._slot_of[held.claim.execution_id] = slot
                 try:
-                    finished = self._execute(held.claim, held.lease)
-                except BaseException as exc:
+                    finished = self._run(slot, held)
+                except BaseException as exc:  # execute() never raises; if it did, the slot lives on
                     logger.exception("executor error id=%s", held.claim.id)
                     finished = Finished(held.claim, Happened.RETRYABLE, "UNKNOWN", repr(exc)[:500])
                 with self._lock:

@@ -97,6 +97,10 @@ def storable_text(text: object, limit: int) -> str:
         value = text if isinstance(text, str) else str(text)
     except Exception as exc:  # a __str__ that raises is input too
         value = f"<unprintable {type(text).__name__}: {type(exc).__name__}>"
+    # Redaction costs time in proportion to the text (more for long words): cut a huge text to
+    # a bounded size first. The cut falls far inside the part that truncate() drops anyway, so
+    # what is kept was redacted with all the context it had.
+    value = truncate(value, 4 * limit + 1000)
     value = value.replace("\x00", "\\x00").encode("utf-8", "backslashreplace").decode("utf-8")
     return truncate(sanitize(value), limit)
 

@@ -5,12 +5,14 @@ Who moves a job in and out of each status (docs/lifecycle.md has the diagram):
 - ``pending``: created by ``enqueue()``; a retryable error, the reaper or a manual retry moves a
   job back here. Left by a worker's claim (→ running) or a cancellation (→ cancelled).
 - ``running``: entered only by a worker's claim, which mints a new ``execution_id``. Left by the
-  outcome write of *that* execution (compare-and-set on id, execution_id and status), by the
-  reaper when the lease goes stale, or by a worker releasing a job it claimed but did not start.
+  outcome write of *that* execution (compare-and-set on id, execution_id and status; a job given
+  back unstarted is such a write too), or by the reaper when the lease goes stale. Where it goes
+  is decided by ``django_jobs.decision.decide``.
 - ``completed``, ``skipped``, ``failed``, ``cancelled``: terminal for workers. Only an operator
   (manual retry) takes ``failed`` or ``cancelled`` back to ``pending``.
-- ``needs_review``: the reaper parks a job here when a blind retry is unsafe; an operator
-  resolves or retries it.
+- ``needs_review``: an execution that may have done its effect is parked here when a blind
+  retry of its type is unsafe (the reaper, or the outcome write); an operator resolves or
+  retries it. It keeps its unique key meanwhile.
 """
 
 from __future__ import annotations

@@ -44,6 +44,7 @@ from django_jobs.errors import DATABASE_UNAVAILABLE, ErrorCode
 from django_jobs.executor import Finished, execute
 from django_jobs.heartbeat import Heartbeat
 from django_jobs.pool import ExecutorPool, Held
+from django_jobs.process_pool import ProcessPool
 from django_jobs.reaper import ReaperLoop
 from django_jobs.registry import registry
 from django_jobs.transitions import Claim, ClaimStatement
@@ -54,6 +55,8 @@ logger = logging.getLogger("django_jobs.worker")
 _DB_RETRY_FIRST, _DB_RETRY_MAX = 0.1, 5.0
 #: Seconds left on the lease of an execution still running when its process exits.
 EXIT_MARGIN = 2.0
+#: Where handlers run: threads of the worker, or child processes it can kill (process_pool.py).
+POOLS = ("thread", "process")
 
 
 def make_worker_id() -> str:
@@ -116,9 +119,14 @@ class Worker:
         handle_signals: bool = False,
         reap: bool = False,
         exits_after_run: bool = False,
+        pool: str = "thread",
+        max_jobs_per_child: int = 1000,
+        max_child_memory_mb: float | None = None,
     ) -> None:
         if concurrency < 1:
             raise ValueError("concurrency must be >= 1")
+        if pool not in POOLS:
+            raise ValueError(f"pool must be one of {', '.join(POOLS)}")
         self.worker_id = worker_id or make_worker_id()
         self.queues = list(dict.fromkeys(queues or []))  # deduplicated, order kept
         self.concurrency = concurrency
@@ -153,22 +161,30 @@ class Worker:
         self._outage_until = 0.0  # no claims before this (monotonic): the database refused us
         self._outage_wait = _DB_RETRY_FIRST
         self._heartbeat = Heartbeat(self._running_leases, report=self._report_alive)
-        self._pool = ExecutorPool(concurrency, self._execute, self._record)
+        self.pool = pool
+        self._pool: ExecutorPool = (
+            ProcessPool(
+                concurrency, self._record, max_jobs=max_jobs_per_child, max_memory_mb=max_child_memory_mb
+            )
+            if pool == "process"
+            else ExecutorPool(concurrency, self._execute, self._record)
+        )
         self._reaper = ReaperLoop(stop=self._stopping) if reap else None
 
     # ---- public -----------------------------------------------------------------------------
 
     def run(self) -> int:
         """Work until stopped (or, with ``burst``, until nothing is claimable). Returns 0."""
+        self._install_signal_handlers()
+        self._pool.start()
         logger.info(
-            "worker started id=%s queues=%s concurrency=%s types=%s",
+            "worker started id=%s queues=%s concurrency=%s pool=%s types=%s",
             self.worker_id,
             ",".join(self.queues) or "*",
             self.concurrency,
+            self.pool,
             len(self.job_types),
         )
-        self._install_signal_handlers()
-        self._pool.start()
         self._heartbeat.start()
         if self._reaper is not None:
             self._reaper.start()
@@ -378,7 +394,8 @@ class Worker:
         """Stop claiming, give back what never started, let running jobs finish within the
         grace period, write every outcome.
 
-        A job still running when the grace period is over is *not* given back: its thread may
+        With a process pool, a job still running when the grace period is over has its child
+        killed, and goes back as interrupted. With threads, it is *not* given back: its thread may
         still be running it, and a job given back is claimable at once, so two executions would
         overlap. It keeps its lease, which is no longer extended; once the lease expires, the
         reaper decides (with the type's policy, as for a killed worker). When the process ends
@@ -389,13 +406,20 @@ class Worker:
         self._pool.stop()
         self._give_back(self._pool.take_buffered())
         deadline = time.monotonic() + self.grace
+        interrupted = False
         while True:
             _, running, _ = self._pool.counts()
             if not running:
                 break
-            if self._abort.is_set() or time.monotonic() >= deadline:
-                self._abandon(self._pool.running_jobs())
-                break
+            if not interrupted and (self._abort.is_set() or time.monotonic() >= deadline):
+                # Child processes can be killed: their jobs are then known to have stopped, and
+                # go back with an `interrupted` outcome. Threads cannot: their jobs are left to
+                # their leases.
+                if not self._pool.interrupt():
+                    self._abandon(self._pool.running_jobs())
+                    break
+                interrupted = True
+                logger.warning("grace period over: killing the processes of %s running job(s)", running)
             # While the database is away, outcomes wait in memory; the last flush below reports.
             with contextlib.suppress(*DATABASE_UNAVAILABLE):
                 self._flush(force=True)

@@ -87,17 +87,18 @@ _OLDEST_FILTER = " AND version >= CASE type {oldest} END"
 # The first %(start_now)s rows go to idle threads and start at once: their attempt is counted
 # here. The others are prefetched: counted when they start (the heartbeat or the outcome write
 # records it), so a prefetched job given back unstarted, or lost with its worker before it
-# started, did not use an attempt. Two kinds of rows are never prefetched uncounted: a job of a
-# type whose lost execution is unsafe to retry (on_lost other than retry) is taken only for an
-# idle thread, and a job that was already lost once before its start was recorded is counted
-# at the claim (so a job that kills its worker at once still uses up its attempts). Rows
-# locked here but left out are unlocked when the statement commits.
+# started, did not use an attempt. Two kinds of rows are only ever taken for an idle thread,
+# counted at once, never prefetched: a job of a type whose lost execution is unsafe to retry
+# (on_lost other than retry: it must not be parked for review without having run), and a job
+# already lost once before its start was recorded (so that a job that kills its worker at once
+# still uses up its attempts). Rows locked here but left out are unlocked at commit.
 # `row_number() OVER ()` numbers the candidates in the order the ordered scan produced them
 # (PostgreSQL's window aggregate keeps its input order), without sorting them again.
 _CLAIM_TAIL = (
-    ", ranked AS (SELECT id, on_lost, row_number() OVER () <= %(start_now)s"
-    " OR COALESCE(last_error_code = 'LOST_UNSTARTED', false) AS start FROM candidates),"
-    " next AS (SELECT id, start FROM ranked WHERE start OR on_lost = 'retry')"
+    ", ranked AS (SELECT id, row_number() OVER () <= %(start_now)s AS start,"
+    " on_lost = 'retry' AND last_error_code IS DISTINCT FROM 'LOST_UNSTARTED' AS prefetchable"
+    " FROM candidates),"
+    " next AS (SELECT id, start FROM ranked WHERE start OR prefetchable)"
     " UPDATE django_jobs_job j SET status = 'running', attempts = j.attempts + next.start::int,"
     " worker_id = %(worker)s, execution_id = gen_random_uuid(),"
     " started_at = CASE WHEN next.start THEN now() END, heartbeat_at = now(),"

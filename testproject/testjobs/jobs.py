@@ -366,3 +366,18 @@ def effect_row(ctx: JobContext, payload: dict[str, Any]) -> None:
             BusinessRow.objects.create(
                 key=f"effect:{payload['n']}", job_id=ctx.job_id, execution_id=ctx.execution_id
             )
+
+
+@job("test.sleep_forever", timeout=2, backoff=FAST, max_attempts=2)
+def sleep_forever(ctx: JobContext, payload: dict[str, Any]) -> None:
+    """Stuck for good in a call that ignores everything: only a killed process stops it."""
+    _mark(ctx, "started")
+    time.sleep(10**6)
+
+
+@job("test.kills_its_process", backoff=FAST)
+def kills_its_process(ctx: JobContext, payload: dict[str, Any]) -> None:
+    """Dies like a segfault or the OOM killer would kill it, on its first attempt."""
+    if ctx.attempt == 1:
+        os.kill(os.getpid(), signal.SIGKILL)
+    _mark(ctx, "survived")

@@ -170,9 +170,11 @@ def test_a_prefetched_job_lost_before_it_started_uses_no_attempt() -> None:
     assert reaper.recover() == {"pending": 1}
     job.refresh_from_db()
     assert (job.status, job.attempts, job.last_error_code) == (JobStatus.PENDING, 0, "LOST_UNSTARTED")
-    # Lost once unstarted: the next claim counts it at once, so a job that kills its worker
-    # before its start is recorded still uses up its attempts.
-    [again] = claim(ClaimStatement("w", None, {"test.noop": 1}), 1, start_now=0)
+    # Lost once unstarted: it is taken only for an idle thread and counted at once, so a job
+    # that kills its worker before its start is recorded still uses up its attempts.
+    statement = ClaimStatement("w", None, {"test.noop": 1})
+    assert claim(statement, 1, start_now=0) == []  # never prefetched
+    [again] = claim(statement, 1, start_now=1)
     assert again.counted and Job.objects.get(id=job.id).attempts == 1
 
 

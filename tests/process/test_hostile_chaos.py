@@ -1,6 +1,7 @@
 """Hostile chaos: handlers that hang, raise BaseException, report NUL-laden and huge errors,
 odd codes and infinite Retry-After, async handlers and handlers writing UNIQUE business rows
-through ctx.effect — drained by three workers, one SIGKILLed at random every ~2 s.
+through ctx.effect — drained by three workers (one with a process pool, two with threads), one
+SIGKILLed at random every ~2 s.
 
 At the end no worker died but by SIGKILL, nothing is running, every job is in the state its
 handler explains, and every business row exists once.
@@ -58,6 +59,11 @@ def enqueue_mix() -> int:
     return 900 + 200 + 150 + 26 + 19 * len(HOSTILE_KINDS)
 
 
+def worker_args(i: int) -> list[str]:
+    """The first worker runs its handlers in child processes, the others on threads."""
+    return ["--concurrency", "4", *(["--pool", "process"] if i == 0 else [])]
+
+
 def expected_statuses(job: Job) -> set[str]:
     key = job.payload.get("kind", job.type) if job.type == "test.hostile" else job.type
     return EXPECTED.get(key, {JobStatus.FAILED})
@@ -69,7 +75,7 @@ def test_hostile_handlers_and_sigkills_leave_every_job_explained(
     total = enqueue_mix()
     assert total >= 1500
     rng = random.Random(20261130)
-    workers = [WorkerProcess(worker_env, "--concurrency", "4") for _ in range(WORKERS)]
+    workers = [WorkerProcess(worker_env, *worker_args(i)) for i in range(WORKERS)]
     killed = 0
     try:
         chaos_ends = time.monotonic() + CHAOS_SECONDS
@@ -80,7 +86,7 @@ def test_hostile_handlers_and_sigkills_leave_every_job_explained(
             victim = rng.randrange(WORKERS)
             workers[victim].kill()
             workers[victim].stop()
-            workers[victim] = WorkerProcess(worker_env, "--concurrency", "4")
+            workers[victim] = WorkerProcess(worker_env, *worker_args(victim))
             killed += 1
 
         unsettled = Job.objects.filter(
@@ -88,6 +94,8 @@ def test_hostile_handlers_and_sigkills_leave_every_job_explained(
             | Q(status=JobStatus.PENDING, available_at__lt=Now() + dt.timedelta(days=1))
         )
         wait_for(lambda: not unsettled.exists(), timeout=120, what="every job to settle")
+        # A worker restarted a moment ago may still be starting: SIGTERM would find no handler.
+        wait_for(lambda: all("worker started" in w.output() for w in workers), what="every worker to be up")
         for worker in workers:
             worker.send(signal.SIGTERM)
         assert [w.wait(timeout=30) for w in workers] == [0] * WORKERS
@@ -110,6 +118,8 @@ def test_hostile_handlers_and_sigkills_leave_every_job_explained(
         for j in jobs
         if j.status not in expected_statuses(j)
     ]
+    for row in unexplained[:5]:
+        print("unexplained:", row)  # the whole history of what went wrong, for the log
     assert not unexplained, unexplained[:5]
     # Async rows are keyed by attempt, and hung jobs mark each start: the others are business.
     keys = [

@@ -9,7 +9,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError
 
 from django_jobs.registry import QUEUE_RE, registry
-from django_jobs.worker import Worker
+from django_jobs.worker import POOLS, Worker
 
 
 def positive_int(value: str) -> int:
@@ -59,6 +59,27 @@ class Command(BaseCommand):
             help="Jobs run at once, each on its own thread and database connection. Default: 1.",
         )
         parser.add_argument(
+            "--pool",
+            choices=POOLS,
+            default="thread",
+            help="Where handlers run: threads of this process (default), or child processes the "
+            "worker can kill at a job's deadline and recycle (see docs/workers.md).",
+        )
+        parser.add_argument(
+            "--max-jobs-per-child",
+            type=positive_int,
+            default=1000,
+            metavar="N",
+            help="With --pool process: replace a child after N jobs. Default: 1000.",
+        )
+        parser.add_argument(
+            "--max-child-memory",
+            type=positive_int,
+            default=None,
+            metavar="MB",
+            help="With --pool process: replace a child once its peak memory passes MB megabytes.",
+        )
+        parser.add_argument(
             "--burst", action="store_true", help="Exit once nothing is claimable and all is written."
         )
         parser.add_argument(
@@ -66,8 +87,8 @@ class Command(BaseCommand):
             type=non_negative_float,
             default=30.0,
             metavar="SECONDS",
-            help="On shutdown, how long running jobs may take to finish before they are released "
-            "for another worker. Default: 30.",
+            help="On shutdown, how long running jobs may take to finish. Jobs still running then "
+            "are left to their leases (cut short), never given back while they may run. Default: 30.",
         )
         parser.add_argument(
             "--batch-size",
@@ -99,6 +120,9 @@ class Command(BaseCommand):
             handle_signals=True,
             reap=not options["no_reaper"],
             exits_after_run=True,
+            pool=options["pool"],
+            max_jobs_per_child=options["max_jobs_per_child"],
+            max_child_memory_mb=options["max_child_memory"],
         )
         worker.run()
         summary = worker.stats.summary()

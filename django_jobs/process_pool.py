@@ -1,0 +1,295 @@
+"""The process pool (``runjobs --pool process``): each slot runs its jobs in a child process the
+worker can kill.
+
+A thread cannot be stopped from outside; a process can. Each slot of this pool owns one child
+(started with ``spawn``: a fresh interpreter that sets Django up, never a fork of a threaded
+worker) and hands it one job at a time over a pipe. The slot's thread, in the worker, watches:
+
+- the deadline: a job that runs past its ``timeout`` + ``KILL_GRACE`` gets its child killed;
+  it ends as a retryable failure with code ``TIMEOUT`` (the decision parks it for review if its
+  type forbids a blind retry), and a new child takes the slot;
+- the child's death (OOM killer, a segfault in a C extension): the job ends with code
+  ``INTERRUPTED``, also ambiguous, and a new child takes the slot;
+- cancel requests and lost leases, learnt by the worker's heartbeat, passed on to the child so
+  that ``ctx.raise_if_cancelled()`` sees them without a query;
+- recycling: a child is replaced after ``max_jobs`` jobs, or once its peak memory passes
+  ``max_memory_mb`` (a leaking library).
+
+Every fencing rule holds as with threads: the child runs the same executor, its outcome goes
+back to the worker, which writes it with the same compare-and-set. A child dies with its
+worker (``PR_SET_PDEATHSIG`` on Linux, a watch on the parent's pid elsewhere), so a SIGKILLed
+worker leaves no execution running behind its lease. At shutdown past the grace period, the
+children still running are killed, so their jobs are known to have stopped and are given back
+at once (``interrupted``), unlike threads, which are left to their leases.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import logging
+import multiprocessing
+import os
+import resource
+import signal
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from multiprocessing.connection import Connection
+from multiprocessing.process import BaseProcess
+from typing import Any
+
+from django_jobs.context import Lease
+from django_jobs.decision import Happened
+from django_jobs.errors import ErrorCode
+from django_jobs.executor import Finished
+from django_jobs.pool import ExecutorPool, Held
+
+logger = logging.getLogger("django_jobs.pool")
+
+_SPAWN = multiprocessing.get_context("spawn")
+#: Seconds past its deadline a handler may take to notice it (``ctx.raise_if_cancelled()``)
+#: before its child is killed: well before its lease, no longer extended, runs out.
+KILL_GRACE = 0.25
+
+
+@dataclass(eq=False)
+class _Child:
+    process: BaseProcess
+    conn: Connection
+    #: Shared bytes with the child: set once its current job's cancellation was requested /
+    #: its lease was lost.
+    cancel: Any
+    lost: Any
+    jobs: int = 0
+    started: float = field(default_factory=time.monotonic)
+
+
+class ProcessPool(ExecutorPool):
+    def __init__(
+        self,
+        concurrency: int,
+        on_finished: Any,
+        *,
+        max_jobs: int = 1000,
+        max_memory_mb: float | None = None,
+    ) -> None:
+        super().__init__(concurrency, execute=_unused, on_finished=on_finished)
+        self.max_jobs = max_jobs
+        self.max_memory_mb = max_memory_mb
+        self._children: dict[int, _Child] = {}
+        self._children_lock = threading.Lock()
+        self._interrupting = threading.Event()
+        #: Children started, the first ones included (the worker's summary).
+        self.children_started = 0
+
+    def start(self) -> None:
+        # Start the children first (each sets Django up: about a second), then the slots.
+        for slot in range(self.concurrency):
+            self._children[slot] = self._start_child()
+        super().start()
+
+    def replace_stuck(self) -> list[Held]:
+        return []  # each slot kills its own child at the deadline
+
+    def interrupt(self) -> bool:
+        """Kill the children that still run a job; their slots record them ``interrupted``."""
+        self._interrupting.set()
+        return True
+
+    def join(self, timeout: float) -> None:
+        super().join(timeout)
+        with self._children_lock:
+            children, self._children = list(self._children.values()), {}
+        for child in children:
+            self._stop_child(child)
+
+    # ---- one job, in the slot's child -----------------------------------------------------------
+
+    def _run(self, slot: int, held: Held) -> Finished:
+        child = self._child(slot)
+        claim, lease = held.claim, held.lease
+        child.cancel.value, child.lost.value = 0, 0
+        lease.start()
+        try:
+            child.conn.send((claim, _lease_terms(lease)))
+            while not child.conn.poll(0.02):
+                child.cancel.value = int(lease.cancel_requested)
+                child.lost.value = int(lease.lost)
+                if not child.process.is_alive():
+                    raise EOFError
+                if self._interrupting.is_set():
+                    why = "the worker stopped past its grace period"
+                    return self._kill(slot, held, Happened.INTERRUPTED, ErrorCode.INTERRUPTED, why)
+                deadline = lease.deadline
+                if deadline is not None and time.monotonic() > deadline + KILL_GRACE:
+                    return self._kill(
+                        slot, held, Happened.RETRYABLE, ErrorCode.TIMEOUT,
+                        f"killed past its deadline (timeout={lease.timeout}s)",
+                    )  # fmt: skip
+            finished, peak_mb = child.conn.recv()
+        except (EOFError, OSError, BrokenPipeError):
+            code = child.process.exitcode
+            self._replace(slot)
+            logger.error("child process died running job id=%s type=%s exit=%s", claim.id, claim.type, code)
+            return Finished(
+                claim,
+                Happened.RETRYABLE,
+                ErrorCode.INTERRUPTED,
+                f"the child process running this job died (exit code {code})",
+                ran_for=time.monotonic() - (lease.started or time.monotonic()),
+            )
+        finally:
+            lease.done = True
+        child.jobs += 1
+        too_big = self.max_memory_mb is not None and peak_mb >= self.max_memory_mb
+        if child.jobs >= self.max_jobs or too_big:
+            logger.info(
+                "recycling child pid=%s: %s job(s) done, peak %.0f MB", child.process.pid, child.jobs, peak_mb
+            )
+            self._replace(slot)
+        return finished  # type: ignore[no-any-return]
+
+    def _kill(self, slot: int, held: Held, happened: Happened, code: str, why: str) -> Finished:
+        logger.error("killing the child running job id=%s type=%s: %s", held.claim.id, held.claim.type, why)
+        self._replace(slot)
+        started = held.lease.started or time.monotonic()
+        return Finished(held.claim, happened, code, why, ran_for=time.monotonic() - started)
+
+    # ---- children -------------------------------------------------------------------------------
+
+    def _child(self, slot: int) -> _Child:
+        with self._children_lock:
+            child = self._children.get(slot)
+        if child is None or not child.process.is_alive():
+            child = self._replace(slot)
+        if child is None:
+            raise RuntimeError("the pool is being interrupted")
+        return child
+
+    def _replace(self, slot: int) -> _Child | None:
+        """Kill the slot's child and start a new one (none while the pool is being interrupted)."""
+        with self._children_lock:
+            old = self._children.pop(slot, None)
+        if old is not None:
+            self._stop_child(old, kill=True)
+        if self._interrupting.is_set():
+            return None
+        new = self._start_child()
+        with self._children_lock:
+            self._children[slot] = new
+        return new
+
+    def _start_child(self) -> _Child:
+        parent_conn, child_conn = _SPAWN.Pipe()
+        cancel, lost = _SPAWN.Value("b", 0, lock=False), _SPAWN.Value("b", 0, lock=False)
+        process = _SPAWN.Process(
+            target=child_main,
+            args=(child_conn, cancel, lost, os.getpid()),
+            name="django_jobs-child",
+            daemon=True,
+        )
+        process.start()
+        child_conn.close()
+        self.children_started += 1
+        return _Child(process, parent_conn, cancel, lost)
+
+    @staticmethod
+    def _stop_child(child: _Child, kill: bool = False) -> None:
+        with contextlib.suppress(Exception):
+            if kill:
+                child.process.kill()
+            else:
+                child.conn.send(None)  # asks the child to exit after its current job
+            child.process.join(timeout=5)
+            if child.process.is_alive():
+                child.process.kill()
+                child.process.join(timeout=5)
+        with contextlib.suppress(Exception):
+            child.conn.close()
+
+
+def _unused(*args: Any) -> Finished:  # the slots of a process pool never execute in-process
+    raise RuntimeError("a process pool runs jobs in its children")
+
+
+def _lease_terms(lease: Lease) -> dict[str, Any]:
+    return {
+        "job_id": lease.job_id,
+        "execution_id": lease.execution_id,
+        "duration": lease.duration,
+        "beats": lease.beats,
+        "timeout": lease.timeout,
+        "counted": lease.counted,
+        "claimed_db": lease.claimed_db,
+        # The child's clock: the claim happened this long ago.
+        "claimed_ago": time.monotonic() - lease.claimed,
+    }
+
+
+# ---- the child's side ---------------------------------------------------------------------------
+
+
+def child_main(conn: Connection, cancel: Any, lost: Any, parent_pid: int) -> None:
+    """A child's life: set Django up, then run the jobs its slot sends until told to stop."""
+    _die_with_parent(parent_pid)
+    # The worker decides when its children stop; a Ctrl-C sent to the whole process group
+    # must not cut a handler short behind the worker's back.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    import django
+
+    django.setup()
+    from django_jobs.executor import execute
+    from django_jobs.heartbeat import Heartbeat
+
+    # Side writes (heartbeat, progress, checkpoint) run on a thread with a connection of its
+    # own, never inside the handler's transaction, as in the worker.
+    side_writer = Heartbeat(lambda: [])
+    side_writer.start()
+    current: list[Lease] = []
+    threading.Thread(target=_mirror_flags, args=(current, cancel, lost), daemon=True).start()
+    while True:
+        try:
+            message = conn.recv()
+        except (EOFError, OSError):
+            return
+        if message is None:
+            return
+        claim, terms = message
+        claimed_ago = terms.pop("claimed_ago")
+        lease = Lease(**terms, claimed=time.monotonic() - claimed_ago)
+        current[:] = [lease]
+        finished = execute(claim, lease, side_writer=side_writer)
+        current.clear()
+        peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        conn.send((finished, peak_mb))
+
+
+def _mirror_flags(current: list[Lease], cancel: Any, lost: Any) -> None:
+    """Copy what the worker's heartbeat learnt (cancel requested, lease lost) to the job's lease."""
+    while True:
+        time.sleep(0.02)
+        for lease in list(current):
+            if cancel.value:
+                lease.cancel_requested = True
+            if lost.value:
+                lease.lost = True
+
+
+def _die_with_parent(parent_pid: int) -> None:
+    """A child must never outlive its worker: its job's lease would lapse while it still runs."""
+    if sys.platform.startswith("linux"):
+        with contextlib.suppress(Exception):
+            libc = ctypes.CDLL("libc.so.6", use_errno=True)
+            libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    if os.getppid() != parent_pid:  # the parent died before prctl took effect
+        os._exit(1)
+
+    def watch() -> None:  # elsewhere (and as a second line): poll the parent's pid
+        while os.getppid() == parent_pid:
+            time.sleep(0.5)
+        os._exit(1)
+
+    threading.Thread(target=watch, daemon=True).start()
