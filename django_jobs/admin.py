@@ -22,7 +22,8 @@ from django.contrib import admin, messages
 from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
 from django.db import connections
-from django.db.models import Q, QuerySet
+from django.db.models import BooleanField, ExpressionWrapper, Q, QuerySet
+from django.db.models.functions import Now
 from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest, HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
@@ -269,6 +270,18 @@ class JobAdmin(ModelAdmin):
 
     # ---- the list ---------------------------------------------------------------------------
 
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Job]:
+        # "Stale" is decided by the database's clock, as the reaper and the stale filter do.
+        return (
+            super()
+            .get_queryset(request)
+            .annotate(
+                lease_expired=ExpressionWrapper(
+                    Q(status=JobStatus.RUNNING, lease_expires_at__lt=Now()), output_field=BooleanField()
+                )
+            )
+        )
+
     def get_search_results(
         self, request: HttpRequest, queryset: QuerySet[Job], search_term: str
     ) -> tuple[QuerySet[Job], bool]:
@@ -282,9 +295,7 @@ class JobAdmin(ModelAdmin):
 
     @admin.display(description="status", ordering="status")
     def status_label(self, job: Job) -> str:
-        stale = (
-            job.status == JobStatus.RUNNING and job.lease_expires_at and job.lease_expires_at < timezone.now()
-        )
+        stale = getattr(job, "lease_expired", False)
         return format_html(
             '<span class="djj-status djj-{}">{}</span>', job.status, "stale" if stale else job.status
         )

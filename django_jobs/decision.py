@@ -27,6 +27,7 @@ import dataclasses
 import enum
 import math
 import random
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from django_jobs.backoff import Backoff, Random
@@ -91,8 +92,12 @@ class Decision:
     reason: str = ""
 
 
-def decide(situation: Situation, backoff: Backoff, rng: Random = random.random) -> Decision:
-    """The single rule for where a job goes after an execution; see the module's docstring."""
+def decide(situation: Situation, backoff: Callable[[], Backoff], rng: Random = random.random) -> Decision:
+    """The single rule for where a job goes after an execution; see the module's docstring.
+
+    ``backoff`` returns the type's retry policy; it is asked only when a retry is decided (the
+    plain success path of a million no-op jobs does not build a policy per job).
+    """
     s = situation
     if s.happened is Happened.OUTAGE and s.previous_error_code == ErrorCode.DATABASE_UNAVAILABLE:
         # Cut off twice in a row: the handler may be what breaks the connection (a query that
@@ -136,7 +141,7 @@ def decide(situation: Situation, backoff: Backoff, rng: Random = random.random) 
     if s.happened is Happened.INTERRUPTED:
         # Stopped by a shutdown, not by its own failure: another worker may take it at once.
         return Decision(JobStatus.PENDING, event, True, reason="interrupted")
-    return Decision(JobStatus.PENDING, event, True, retry_delay(s, backoff, rng), reason="retry")
+    return Decision(JobStatus.PENDING, event, True, retry_delay(s, backoff(), rng), reason="retry")
 
 
 def retry_delay(situation: Situation, backoff: Backoff, rng: Random = random.random) -> float:

@@ -19,6 +19,7 @@ import contextlib
 import inspect
 import json
 import logging
+import threading
 import time
 import traceback
 from collections.abc import Callable
@@ -60,7 +61,7 @@ def execute(claim: Claim, lease: Lease, side_writer: SideWriter | None = None) -
     lease, a cancellation request or its deadline. When the previous attempt may have done its
     side effect (``AMBIGUOUS_CODES``) and the type can ``reconcile``, it is asked first.
     """
-    if not _jobs_database_reachable():
+    if not _jobs_connection_open():
         # Refused before the handler began (a crowded or restarting database): given back
         # uncounted; the code tells the worker to back off.
         return Finished(claim, Happened.NOT_STARTED, ErrorCode.DATABASE_UNAVAILABLE)
@@ -231,6 +232,22 @@ def _decode_json(value: object) -> object:
     return json.loads(value) if isinstance(value, str | bytes) else value
 
 
+#: Per executor thread: whether its connection to the jobs database was left open and sound
+#: by the last job (``_reset_connections`` says), so the next job need not look again.
+_thread = threading.local()
+
+
+def _jobs_connection_open() -> bool:
+    """Whether this thread has a connection to the jobs database, connecting if it has none.
+
+    No query: a connection the last job left sound is trusted (a broken one fails the handler's
+    first query, which the outage check then recognises), so a no-op job costs no round trip.
+    """
+    if getattr(_thread, "jobs_connection_ok", False):
+        return True
+    return _jobs_database_reachable()
+
+
 def _jobs_database_reachable() -> bool:
     """Whether this thread's connection to the jobs database works (connecting if needed)."""
     connection = connections[jobs_settings.DATABASE]
@@ -265,23 +282,29 @@ def _reset_connections() -> None:
     default ``CONN_MAX_AGE`` is 0); a worker keeps them instead, and closes only a connection
     that broke, was left in a transaction, or outlived a positive ``CONN_MAX_AGE``.
     """
+    jobs_connection_ok = False
     for connection in connections.all(initialized_only=True):
-        if connection.connection is None:
-            continue
-        leaked = connection.get_autocommit() != connection.settings_dict["AUTOCOMMIT"]
-        if connection.in_atomic_block or leaked:
-            # A handler left a transaction open (an atomic block entered and never exited):
-            # closing the connection rolls it back; the next job gets a fresh wrapper.
-            with contextlib.suppress(Exception):
-                connection.connection.close()
-            del connections[connection.alias]
-            continue
-        if connection.errors_occurred:
-            if connection.is_usable():
-                connection.errors_occurred = False
-            else:
-                connection.close()
-                continue
-        max_age = connection.settings_dict.get("CONN_MAX_AGE") or 0
-        if max_age and connection.close_at is not None and time.monotonic() >= connection.close_at:
+        if connection.connection is not None and _keep(connection):
+            jobs_connection_ok = jobs_connection_ok or connection.alias == jobs_settings.DATABASE
+    _thread.jobs_connection_ok = jobs_connection_ok
+
+
+def _keep(connection: Any) -> bool:
+    """Close ``connection`` if it is spoilt; return whether it stays open."""
+    if connection.in_atomic_block or connection.get_autocommit() != connection.settings_dict["AUTOCOMMIT"]:
+        # A handler left a transaction open (an atomic block entered and never exited):
+        # closing the connection rolls it back; the next job gets a fresh wrapper.
+        with contextlib.suppress(Exception):
+            connection.connection.close()
+        del connections[connection.alias]
+        return False
+    if connection.errors_occurred:
+        if not connection.is_usable():
             connection.close()
+            return False
+        connection.errors_occurred = False
+    max_age = connection.settings_dict.get("CONN_MAX_AGE") or 0
+    if max_age and connection.close_at is not None and time.monotonic() >= connection.close_at:
+        connection.close()
+        return False
+    return True

@@ -87,6 +87,14 @@ class ExecutorPool:
             running = len(self._running)
             return len(self._buffer), running, self._live_slots() - running
 
+    def running_low(self) -> bool:
+        """Whether the buffer is down to what the running slots take next: time to claim.
+
+        Read without the lock, on every finished job: a hint, and len() of a deque or a dict
+        is atomic anyway.
+        """
+        return len(self._buffer) <= len(self._running)
+
     def soon_free(self, busy_for: float) -> int:
         """Slots that are idle or whose job has run less than ``busy_for`` seconds."""
         now = time.monotonic()

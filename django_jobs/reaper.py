@@ -34,7 +34,7 @@ from django_jobs.conf import jobs_settings
 from django_jobs.decision import Happened, Situation, decide
 from django_jobs.errors import DATABASE_UNAVAILABLE, ErrorCode
 from django_jobs.models import LiveWorker
-from django_jobs.registry import default_backoff, registry
+from django_jobs.registry import retry_policy
 from django_jobs.states import EventKind
 from django_jobs.transitions import Expired, Recovery
 
@@ -60,15 +60,13 @@ def decide_recovery(expired: Expired, rng: Random = random.random) -> Recovery:
     The safety policy comes from the job row, so a reaper in a process that does not know the
     type decides as the type's own workers would; the registry only lends the backoff.
     """
-    job_type = registry.get(expired.type)
-    backoff = job_type.retry_policy if job_type is not None else default_backoff()
     # A prefetched execution whose start was never recorded is treated as never started.
     attempt = expired.attempts if expired.started else expired.attempts + 1
     happened = Happened.LOST if expired.started else Happened.NOT_STARTED
     situation = Situation(
         happened, attempt, expired.max_attempts, expired.on_lost, expired.cancel_requested
     )
-    decision = decide(situation, backoff, rng)
+    decision = decide(situation, lambda: retry_policy(expired.type), rng)
     lost = f"execution {expired.execution_id} on worker {expired.worker_id} stopped renewing its lease"
     if not expired.started:
         lost += " before its start was recorded"

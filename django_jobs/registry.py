@@ -99,6 +99,12 @@ def default_backoff() -> Backoff:
     )
 
 
+def retry_policy(type_name: str) -> Backoff:
+    """The retry policy of a job type; the default one for a type this process does not know."""
+    job_type = registry.get(type_name)
+    return job_type.retry_policy if job_type is not None else default_backoff()
+
+
 class AlreadyRegistered(ValueError):
     """Two different handlers claim the same type name."""
 

@@ -372,8 +372,7 @@ class Worker:
                 self._oldest_finished_at = time.monotonic()
             self._finished.extend(finished)
             many = len(self._finished) >= self.batch_size
-        buffered, running, _ = self._pool.counts()
-        if many or buffered <= running:
+        if many or self._pool.running_low():
             self._wake.set()
         return True
 

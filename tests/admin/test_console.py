@@ -326,3 +326,14 @@ def test_large_lists_are_not_counted_row_by_row(
     counts = [q["sql"] for q in queries if "COUNT(" in q["sql"].upper() and "django_jobs_job" in q["sql"]]
     assert counts == []  # the planner's estimate, not a count of 20,000 rows
     assert page.context["cl"].result_count > EXACT_COUNT_LIMIT
+
+
+def test_stale_label_follows_the_database_clock(
+    login: Callable[[User | None], Client], superuser: User
+) -> None:
+    JobFactory(running_stale=True)
+    JobFactory(running=True)
+    content = login(superuser).get(LIST).content.decode()
+    # Decided by the database's now(), as the reaper and the stale filter decide it.
+    assert content.count('djj-running">stale</span>') == 1
+    assert content.count('djj-running">running</span>') == 1

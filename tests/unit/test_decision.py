@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
@@ -41,7 +42,7 @@ situations = st.builds(
 def test_every_decision_is_an_arrow_of_the_state_machine_and_keeps_every_rule(
     situation: Situation, rng: float
 ) -> None:
-    d = decide(situation, BACKOFF, rng=lambda: rng)
+    d = decide(situation, lambda: BACKOFF, rng=lambda: rng)
     s = situation
     # An execution ends a running job: the result is always an arrow out of `running`.
     assert can_transition(JobStatus.RUNNING, d.status)
@@ -153,7 +154,7 @@ def test_every_decision_is_an_arrow_of_the_state_machine_and_keeps_every_rule(
     ],
 )
 def test_decision_table(situation: Situation, status: str, event: str | None, counted: bool) -> None:
-    d = decide(situation, BACKOFF, rng=lambda: 0.5)
+    d = decide(situation, lambda: BACKOFF, rng=lambda: 0.5)
     assert (d.status, d.event, d.counted) == (status, event, counted)
 
 
@@ -169,5 +170,13 @@ def test_decision_table(situation: Situation, status: str, event: str | None, co
 )
 def test_retry_after_is_clamped_to_a_storable_delay(retry_after: float, expected: float) -> None:
     """nan and negatives are no advice (the backoff applies); infinity is the longest delay."""
-    d = decide(Situation(Happened.RETRYABLE, 1, 5, retry_after=retry_after), BACKOFF, rng=lambda: 0.5)
+    d = decide(Situation(Happened.RETRYABLE, 1, 5, retry_after=retry_after), lambda: BACKOFF, rng=lambda: 0.5)
     assert d.status == JobStatus.PENDING and d.delay == pytest.approx(expected)
+
+
+@given(situation=situations)
+def test_the_success_path_the_outcome_writer_reads_is_what_decide_answers(situation: Situation) -> None:
+    from django_jobs.outcomes import SUCCESS
+
+    returned = dataclasses.replace(situation, happened=Happened.COMPLETED)
+    assert decide(returned, lambda: BACKOFF) == SUCCESS
