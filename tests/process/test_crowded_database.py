@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import signal
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 
@@ -18,7 +16,7 @@ import psycopg
 import pytest
 
 from tests.process.throwaway_pg import ThrowawayCluster
-from tests.process.workers import ROOT, WorkerProcess, wait_for
+from tests.process.workers import WorkerProcess, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -34,12 +32,6 @@ def cluster() -> Iterator[ThrowawayCluster]:
         yield pg
     finally:
         pg.destroy()
-
-
-def scalar(pg: ThrowawayCluster, sql: str) -> int:
-    with pg.connect() as conn:
-        row = conn.execute(sql).fetchone()
-        return int(row[0]) if row and row[0] is not None else 0
 
 
 def crowd(pg: ThrowawayCluster, seconds: float) -> int:
@@ -75,9 +67,7 @@ def test_a_crowded_database_burns_no_attempt_and_fails_no_job(cluster: Throwaway
         "DJANGO_JOBS_LEASE_TIMEOUT": "30",
         "DJANGO_JOBS_HEARTBEAT_INTERVAL": "0.5",
     }
-    subprocess.run(
-        [sys.executable, "manage.py", "migrate", "-v", "0"], cwd=ROOT, env=env, check=True, timeout=120
-    )
+    cluster.migrate(env)
     with cluster.connect() as conn:
         conn.execute(
             "INSERT INTO django_jobs_job"
@@ -89,13 +79,13 @@ def test_a_crowded_database_burns_no_attempt_and_fails_no_job(cluster: Throwaway
     worker = WorkerProcess(env, "--concurrency", "4")
     try:
         done = "SELECT count(*) FROM django_jobs_job WHERE status = 'completed'"
-        wait_for(lambda: scalar(cluster, done) >= 30, what="the backlog to be under way")
+        wait_for(lambda: cluster.scalar(done) >= 30, what="the backlog to be under way")
         held = crowd(cluster, CROWDED_SECONDS)
         assert held >= 15, "the test must really take the slots"
         assert worker.process.poll() is None, "the worker died of a crowded database"
 
         try:
-            wait_for(lambda: scalar(cluster, done) == JOBS, timeout=60, what="every job to complete")
+            wait_for(lambda: cluster.scalar(done) == JOBS, timeout=60, what="every job to complete")
         except AssertionError:
             with cluster.connect() as conn:
                 for row in conn.execute(
@@ -104,9 +94,9 @@ def test_a_crowded_database_burns_no_attempt_and_fails_no_job(cluster: Throwaway
                 ):
                     print(row)  # what a failure to settle looks like, for whoever reads the log
             raise
-        attempts = scalar(cluster, "SELECT sum(attempts) FROM django_jobs_job")
-        failed = scalar(cluster, "SELECT count(*) FROM django_jobs_job WHERE status = 'failed'")
-        rows = scalar(cluster, "SELECT count(*) FROM testjobs_businessrow")
+        attempts = cluster.scalar("SELECT sum(attempts) FROM django_jobs_job")
+        failed = cluster.scalar("SELECT count(*) FROM django_jobs_job WHERE status = 'failed'")
+        rows = cluster.scalar("SELECT count(*) FROM testjobs_businessrow")
         worker.send(signal.SIGTERM)
         assert worker.wait() == 0
         log = worker.output()

@@ -3,15 +3,13 @@
 from __future__ import annotations
 
 import signal
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 
 import pytest
 
 from tests.process.throwaway_pg import ThrowawayCluster
-from tests.process.workers import ROOT, WorkerProcess, wait_for
+from tests.process.workers import WorkerProcess, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -28,17 +26,9 @@ def cluster() -> Iterator[ThrowawayCluster]:
         pg.destroy()
 
 
-def count(pg: ThrowawayCluster, sql: str) -> int:
-    with pg.connect() as conn:
-        row = conn.execute(sql).fetchone()
-        return int(row[0]) if row else 0
-
-
 def test_12_workers_ride_out_a_database_restart(cluster: ThrowawayCluster) -> None:
     env = {"DATABASE_URL": cluster.url, "PATH": "/usr/bin:/bin", "PYTHONUNBUFFERED": "1"}
-    subprocess.run(
-        [sys.executable, "manage.py", "migrate", "-v", "0"], cwd=ROOT, env=env, check=True, timeout=120
-    )
+    cluster.migrate(env)
     with cluster.connect() as conn:
         conn.execute(
             "INSERT INTO django_jobs_job"
@@ -50,17 +40,17 @@ def test_12_workers_ride_out_a_database_restart(cluster: ThrowawayCluster) -> No
     workers = [WorkerProcess(env, "--concurrency", "2") for _ in range(2)]
     try:
         finished = "SELECT count(*) FROM django_jobs_job WHERE status = 'completed'"
-        wait_for(lambda: count(cluster, finished) >= 40, what="the backlog to be under way")
+        wait_for(lambda: cluster.scalar(finished) >= 40, what="the backlog to be under way")
 
         cluster.stop("immediate")  # a crash of the server: connections die mid-statement
         time.sleep(2)
         assert all(w.process.poll() is None for w in workers), "a worker died with the database"
         cluster.start()
 
-        wait_for(lambda: count(cluster, finished) == JOBS, timeout=90, what="every job to complete")
+        wait_for(lambda: cluster.scalar(finished) == JOBS, timeout=90, what="every job to complete")
         assert all(w.process.poll() is None for w in workers), "workers must reconnect by themselves"
-        assert count(cluster, "SELECT count(*) FROM django_jobs_job WHERE status <> 'completed'") == 0
-        assert count(cluster, "SELECT count(*) FROM testjobs_businessrow") == JOBS  # each effect once
+        assert cluster.scalar("SELECT count(*) FROM django_jobs_job WHERE status <> 'completed'") == 0
+        assert cluster.scalar("SELECT count(*) FROM testjobs_businessrow") == JOBS  # each effect once
         for worker in workers:
             worker.send(signal.SIGTERM)
         assert [w.wait() for w in workers] == [0, 0]

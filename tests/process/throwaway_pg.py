@@ -8,6 +8,7 @@ import os
 import shutil
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -83,6 +84,22 @@ class ThrowawayCluster:
                 if time.monotonic() > deadline:
                     raise
                 time.sleep(0.2)
+
+    def scalar(self, sql: str) -> int:
+        """The integer a one-value query returns (0 for NULL)."""
+        with self.connect() as conn:
+            row = conn.execute(sql).fetchone()
+            return int(row[0]) if row and row[0] is not None else 0
+
+    def migrate(self, env: dict[str, str]) -> None:
+        """Create the project's tables with its migrations, as a deployment would."""
+        subprocess.run(
+            [sys.executable, "manage.py", "migrate", "-v", "0"],
+            cwd=Path(__file__).resolve().parents[2],
+            env=env,
+            check=True,
+            timeout=120,
+        )
 
     def destroy(self) -> None:
         with contextlib.suppress(Exception):
