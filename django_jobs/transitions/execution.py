@@ -75,12 +75,12 @@ _CLAIM_COLUMNS = (
 )
 _CLAIM_FILTER = (
     "status = 'pending' AND available_at <= now() AND type = ANY(%(types)s)"
-    " AND version <= CASE type {versions} END{oldest_filter}"
+    " AND version <= (%(versions)s::int[])[array_position(%(types)s::text[], type::text)]{oldest_filter}"
 )
 # Only when some type cannot read its oldest versions: an extra range test on version makes the
 # planner expect fewer rows, and it may then trade the ordered scan of the claim index for a
 # bitmap scan and a sort.
-_OLDEST_FILTER = " AND version >= CASE type {oldest} END"
+_OLDEST_FILTER = " AND version >= (%(oldest)s::int[])[array_position(%(types)s::text[], type::text)]"
 # The claim takes up to %(limit)s jobs in one statement that commits by itself, before any of
 # them runs. SKIP LOCKED lets concurrent workers pass over rows another claim is taking instead
 # of queueing behind it. The version test keeps a worker from taking payloads it cannot read:
@@ -104,7 +104,8 @@ _CLAIM_TAIL = (
     " UPDATE django_jobs_job j SET status = 'running', attempts = j.attempts + next.start::int,"
     " worker_id = %(worker)s, execution_id = gen_random_uuid(),"
     " started_at = CASE WHEN next.start THEN now() END, heartbeat_at = now(),"
-    " lease_expires_at = now() + make_interval(secs => CASE j.type {leases} END)"
+    " lease_expires_at = now() + make_interval("
+    "secs => (%(leases)s::float8[])[array_position(%(types)s::text[], j.type::text)])"
     f" FROM next WHERE j.id = next.id RETURNING {_CLAIM_COLUMNS}"
 )
 _CANDIDATE_COLUMNS = "id, priority, available_at, on_lost, last_error_code"
@@ -149,23 +150,18 @@ class ClaimStatement:
         template = _CLAIM_NAMED_QUEUES if queues else _CLAIM_ANY_QUEUE
         gaps = any(oldest.get(name, 1) > 1 for name in names)
         template = template.replace("{oldest_filter}", _OLDEST_FILTER if gaps else "")
-        cases = {
-            "{versions}": "version",
-            "{oldest}": "oldest",
-            "{leases}": "lease",
-        }
+        # Per-type values travel as arrays aligned with `types`: the statement's text stays the
+        # same size however many types a worker knows, so psycopg keeps its parsed form cached
+        # (it caches statements up to 4 KiB; one CASE branch per type outgrew that).
         self.sql = template
-        for marker, param in cases.items():
-            cast = "::float8" if param == "lease" else ""
-            self.sql = self.sql.replace(
-                marker, " ".join(f"WHEN %(type{i})s THEN %({param}{i})s{cast}" for i in range(len(names)))
-            )
-        self._params: dict[str, Any] = {"worker": worker_id, "types": names, "queues": list(queues or [])}
-        for i, name in enumerate(names):
-            self._params[f"type{i}"] = name
-            self._params[f"version{i}"] = versions[name]
-            self._params[f"oldest{i}"] = oldest.get(name, 1)
-            self._params[f"lease{i}"] = float(leases.get(name, jobs_settings.LEASE_TIMEOUT))
+        self._params: dict[str, Any] = {
+            "worker": worker_id,
+            "types": names,
+            "queues": list(queues or []),
+            "versions": [versions[name] for name in names],
+            "oldest": [oldest.get(name, 1) for name in names],
+            "leases": [float(leases.get(name, jobs_settings.LEASE_TIMEOUT)) for name in names],
+        }
 
     def params(self, limit: int, start_now: int | None = None) -> dict[str, Any]:
         return {**self._params, "limit": limit, "start_now": limit if start_now is None else start_now}
