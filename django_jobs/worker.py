@@ -157,6 +157,7 @@ class Worker:
         self._stopping = threading.Event()  # first signal: stop claiming, drain
         self._closed = threading.Event()  # shutdown is over: nobody flushes outcomes any more
         self._abort = threading.Event()  # second signal or grace over: stop waiting
+        self._signals = 0  # SIGTERM / SIGINT received, counted by the handler
         self._avg_duration: float | None = None  # EWMA of handler run time, seconds
         self._outage_until = 0.0  # no claims before this (monotonic): the database refused us
         self._outage_wait = _DB_RETRY_FIRST
@@ -207,7 +208,10 @@ class Worker:
 
     def _main_loop(self) -> None:
         db_retry = _DB_RETRY_FIRST
-        while not self._stopping.is_set():
+        while True:
+            self._act_on_signals()
+            if self._stopping.is_set():
+                return
             # Cleared before looking at the state, so a wake-up sent meanwhile is never lost.
             self._wake.clear()
             try:
@@ -407,6 +411,7 @@ class Worker:
         deadline = time.monotonic() + self.grace
         interrupted = False
         while True:
+            self._act_on_signals()
             _, running, _ = self._pool.counts()
             if not running:
                 break
@@ -481,20 +486,29 @@ class Worker:
 
     # ---- signals ------------------------------------------------------------------------------
 
+    def _act_on_signals(self) -> None:
+        """Stop as the signals received so far ask: the first drains, the second aborts."""
+        if self._signals and not self._stopping.is_set():
+            self.stop()
+        if self._signals > 1 and not self._abort.is_set():
+            self.stop(abort=True)
+
     def _install_signal_handlers(self) -> None:
         if not self.handle_signals:
             return  # embedded use (tests, a thread of another program): the owner calls stop()
 
         def handle(signum: int, frame: FrameType | None) -> None:
-            again = self._stopping.is_set()
+            # No lock may be taken here: the handler runs on the main thread, between two of its
+            # bytecodes, perhaps while it holds the very lock (an Event's, say): it would wait
+            # for itself forever. The main thread acts on the count at its next turn.
+            self._signals += 1
             logger.info(
                 "%s received: %s",
                 signal.Signals(signum).name,
-                "leaving running jobs to their leases and exiting"
-                if again
-                else "no new claims, finishing running jobs",
+                "no new claims, finishing running jobs"
+                if self._signals == 1
+                else "stop waiting for running jobs and exit",
             )
-            self.stop(abort=again)
 
         signal.signal(signal.SIGTERM, handle)
         signal.signal(signal.SIGINT, handle)

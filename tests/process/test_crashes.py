@@ -147,7 +147,11 @@ def test_second_signal_exits_at_once_and_leaves_running_jobs_to_their_leases(
     worker.send(signal.SIGTERM)
     wait_for(lambda: "no new claims" in worker.output(), what="the first signal to be handled")
     worker.send(signal.SIGINT)
-    assert worker.wait(timeout=10) == 0
+    try:
+        assert worker.wait(timeout=10) == 0
+    except Exception:
+        print(worker.output()[-3000:])
+        raise
     _left_to_its_lease(job, db_now)
 
 

@@ -34,6 +34,7 @@ class WorkerProcess:
             stderr=subprocess.STDOUT,
             start_new_session=True,  # a signal for the test runner never reaches the worker
         )
+        self._log.close()  # the worker writes through its own descriptor; output() reads by name
 
     @property
     def pid(self) -> int:
