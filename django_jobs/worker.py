@@ -150,6 +150,11 @@ class Worker:
             oldest={name: t.oldest_readable_version for name, t in self.job_types.items()},
         )
 
+        # How long a prefetched job may wait for a slot before it is given back: well within
+        # the shortest lease (a buffered job's lease is not extended), and long enough that a
+        # brief stall does not throw a prefetch away.
+        shortest_lease = min([t.lease for t in self.job_types.values()] or [jobs_settings.LEASE_TIMEOUT])
+        self._buffer_wait = max(10 * jobs_settings.PREFETCH_SECONDS, min(5.0, shortest_lease / 3))
         self._lock = threading.Lock()
         self._finished: list[Finished] = []  # waiting for the outcome writer
         self._oldest_finished_at: float | None = None
@@ -282,17 +287,11 @@ class Worker:
 
     def _give_back_overdue(self) -> None:
         """Give back buffered jobs no slot took in time, and notice stuck slots."""
-        overdue = self._pool.take_buffered(older_than=self._max_buffer_wait())
+        overdue = self._pool.take_buffered(older_than=self._buffer_wait)
         if overdue:
             logger.info("giving back %s prefetched job(s) no slot took in time", len(overdue))
             self._give_back(overdue)
         self.stats.stuck += len(self._pool.replace_stuck())
-
-    def _max_buffer_wait(self) -> float:
-        # Well within the shortest lease (a buffered job's lease is not extended), and long
-        # enough that a brief stall does not throw a prefetch away.
-        leases = [t.lease for t in self.job_types.values()] or [jobs_settings.LEASE_TIMEOUT]
-        return max(10 * jobs_settings.PREFETCH_SECONDS, min(5.0, min(leases) / 3))
 
     def _give_back(self, held: list[Held]) -> None:
         """Release buffered jobs that never started: pending again at once, attempts untouched."""
