@@ -117,7 +117,7 @@ def drain(n: int, args: argparse.Namespace, url: str) -> dict[str, Any]:
     env.pop("DEBUG", None)
     stats_dir = Path(tempfile.mkdtemp(prefix="django_jobs_bench_"))
     cmd = [sys.executable, str(ROOT / "manage.py"), "runjobs", "--burst", "-v", "0"]
-    cmd += ["--concurrency", str(args.concurrency)]
+    cmd += ["--concurrency", str(args.concurrency), "--pool", args.pool]
     if args.batch_size:
         cmd += ["--batch-size", str(args.batch_size)]
     with psycopg.connect(url, autocommit=True) as conn:
@@ -175,6 +175,7 @@ def main() -> None:
     add = parser.add_argument
     add("n", type=int, help="backlog size (no-op jobs)")
     add("--concurrency", type=int, default=1, help="runjobs --concurrency (default 1)")
+    add("--pool", choices=("thread", "process"), default="thread", help="runjobs --pool (default thread)")
     add("--batch-size", type=int, default=None, help="runjobs --batch-size (default: the app's)")
     add("--workers", type=int, default=1, help="runjobs processes started at once")
     add("--reps", type=int, default=1, help="drain repetitions (the median is printed)")
@@ -198,7 +199,7 @@ def main() -> None:
     print("$ " + shlex.join([sys.executable, *sys.argv]))
     print(
         f"database {where.hostname}:{where.port}/{BENCH_DB}, N={args.n}, workers={args.workers},"
-        f" concurrency={args.concurrency}, batch size={batch_size}, reps={args.reps}"
+        f" concurrency={args.concurrency}, pool={args.pool}, batch size={batch_size}, reps={args.reps}"
     )
     truncate()
     enqueue_single(50)  # warm-up: connection, imports
