@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -24,7 +25,7 @@ from django.core.paginator import Paginator
 from django.db import connections
 from django.db.models import BooleanField, ExpressionWrapper, Q, QuerySet
 from django.db.models.functions import Now
-from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest, HttpResponseRedirect
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseBadRequest, HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
 from django.utils import timezone
@@ -289,7 +290,8 @@ class JobAdmin(ModelAdmin):
         if not term:
             return queryset, False
         match = Q(type=term) | Q(unique_key=term) | Q(last_error_code=term)
-        if term.lstrip("#").isdigit() and len(term) < 19:
+        # ASCII digits only: str.isdigit() is true for "²", which int() refuses.
+        if _JOB_ID.match(term):
             match |= Q(id=int(term.lstrip("#")))
         return queryset.filter(match), False
 
@@ -392,18 +394,22 @@ class JobAdmin(ModelAdmin):
     @method_decorator(require_http_methods(["GET", "POST"]))
     def action_view(self, request: HttpRequest, action_name: str) -> HttpResponse:
         action = ACTIONS.get(action_name)
+        if not self.has_view_permission(request):
+            raise PermissionDenied
         if action is None:
             return HttpResponseBadRequest(f"unknown action {action_name!r}")
         if not request.user.has_perm(f"django_jobs.{action.permission}"):
             raise PermissionDenied
         raw = (request.POST if request.method == "POST" else request.GET).get("ids", "")
-        try:
-            ids = sorted({int(part) for part in raw.split(",") if part.strip()})
-        except ValueError:
+        parts = [part.strip() for part in raw.split(",") if part.strip()]
+        if not all(_JOB_ID.match(part) and not part.startswith("#") for part in parts):
             return HttpResponseBadRequest("ids must be job ids separated by commas")
+        ids = sorted({int(part) for part in parts})
         if not ids or len(ids) > MAX_IDS_PER_ACTION:
             return HttpResponseBadRequest(f"give between 1 and {MAX_IDS_PER_ACTION} job ids")
         jobs = list(Job.objects.filter(id__in=ids).order_by("-id"))
+        if not jobs:
+            raise Http404("none of these jobs exists")
         eligible = [job for job in jobs if job.status in action.eligible]
         reason = request.POST.get("reason", "").strip() if request.method == "POST" else ""
         error = None
@@ -464,6 +470,10 @@ class JobAdmin(ModelAdmin):
             "heartbeat_interval": jobs_settings.HEARTBEAT_INTERVAL,
         }
         return TemplateResponse(request, "admin/django_jobs/job/dashboard.html", context)
+
+
+#: A job id as typed by a person: ASCII digits that fit a bigint, optionally after "#".
+_JOB_ID = re.compile(r"^#?[0-9]{1,18}$")
 
 
 def _duration(delta: dt.timedelta) -> str:

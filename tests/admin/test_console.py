@@ -337,3 +337,35 @@ def test_stale_label_follows_the_database_clock(
     # Decided by the database's now(), as the reaper and the stale filter decide it.
     assert content.count('djj-running">stale</span>') == 1
     assert content.count('djj-running">running</span>') == 1
+
+
+def test_an_action_needs_the_view_permission_too(login: Callable[[User | None], Client]) -> None:
+    job = JobFactory(failed=True)
+    retry_only = staff("retry-only", "retry_job")  # may retry, may not see jobs
+    response = login(retry_only).post(act_url("retry", job.id), {"ids": str(job.id), "reason": "r"})
+    assert response.status_code == 403
+    assert Job.objects.get(id=job.id).status == JobStatus.FAILED
+
+
+@pytest.mark.parametrize(
+    ("ids", "status"),
+    [
+        ("987654321", 404),  # no such job
+        ("99999999999999999999999", 400),  # past a bigint: not a job id
+        ("-5", 400),
+        ("²", 400),
+        ("1\x00", 400),
+    ],
+)
+def test_an_action_on_jobs_that_cannot_exist_is_a_clear_error(
+    ids: str, status: int, login: Callable[[User | None], Client], superuser: User
+) -> None:
+    response = login(superuser).get("/admin/django_jobs/job/act/retry/", {"ids": ids})
+    assert response.status_code == status
+
+
+@pytest.mark.parametrize("term", ["²", "#²", "٣", "9" * 40, "#-1", "\x00"])
+def test_search_with_odd_digits_gives_a_page(
+    term: str, login: Callable[[User | None], Client], superuser: User
+) -> None:
+    assert login(superuser).get(LIST, {"q": term}).status_code == 200
