@@ -21,6 +21,8 @@ Every key, its default and its meaning. Durations are seconds; floats are allowe
     Once its lease expires, the reaper takes the job back: its worker is presumed lost.
 ``PROGRESS_INTERVAL`` (1.0)
     ``ctx.progress()`` writes at most this often (and always when the work is done).
+``MAX_CHECKPOINT_BYTES`` (65536)
+    Largest checkpoint ``ctx.save_checkpoint()`` accepts, measured as its UTF-8 JSON encoding.
 ``REAPER_INTERVAL`` (30.0)
     How often the reaper looks for stale running jobs and prunes old finished ones.
 ``MAX_PAYLOAD_BYTES`` (262144)
@@ -52,6 +54,7 @@ DEFAULTS: dict[str, Any] = {
     "HEARTBEAT_INTERVAL": 10.0,
     "LEASE_TIMEOUT": 60.0,
     "PROGRESS_INTERVAL": 1.0,
+    "MAX_CHECKPOINT_BYTES": 64 * 1024,
     "REAPER_INTERVAL": 30.0,
     "MAX_PAYLOAD_BYTES": 256 * 1024,
     "DEFAULT_QUEUE": "default",
@@ -102,6 +105,10 @@ class Settings:
     @property
     def PROGRESS_INTERVAL(self) -> float:
         return float(self._get("PROGRESS_INTERVAL"))
+
+    @property
+    def MAX_CHECKPOINT_BYTES(self) -> int:
+        return int(self._get("MAX_CHECKPOINT_BYTES"))
 
     @property
     def REAPER_INTERVAL(self) -> float:

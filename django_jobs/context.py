@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import math
 import threading
 import time
 import uuid
@@ -19,7 +20,8 @@ from typing import Any, Protocol, TypeVar
 
 from django_jobs import effects, transitions
 from django_jobs.conf import jobs_settings
-from django_jobs.errors import DeadlineExceeded, JobCancelled
+from django_jobs.errors import DeadlineExceeded, InvalidCheckpoint, InvalidProgress, JobCancelled
+from django_jobs.jsonvalues import encode, plain_json_problem
 
 T = TypeVar("T")
 
@@ -247,10 +249,15 @@ class JobContext:
 
     def progress(self, done: float, total: float | None = None) -> None:
         """Record progress, visible to operators; written at most once per ``PROGRESS_INTERVAL``
-        (and always when ``done`` reaches ``total``). Raises ``LeaseLost`` if the job is no
-        longer ours."""
+        (and always when ``done`` reaches ``total``). Raises ``InvalidProgress`` for a value
+        that is not a finite number, ``LeaseLost`` if the job is no longer ours."""
         if self._lease.lost:
             raise LeaseLost(f"job {self.job_id} is no longer owned by execution {self.execution_id}")
+        for name, value in (("done", done), ("total", total)):
+            if value is None and name == "total":
+                continue
+            if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+                raise InvalidProgress(f"progress {name} must be a finite number, not {value!r}")
         now = time.monotonic()
         finished = total is not None and done >= total
         if not finished and now - self._last_progress < jobs_settings.PROGRESS_INTERVAL:
@@ -266,10 +273,20 @@ class JobContext:
 
         The checkpoint is committed at once, on the worker's connection, even when called
         inside a transaction of the handler: save it only after the work it stands for is
-        itself committed, or a retry would skip work that never happened. Raises ``LeaseLost``
-        if the job is no longer ours.
+        itself committed, or a retry would skip work that never happened. Raises
+        ``InvalidCheckpoint`` for data that is not plain JSON or is larger than
+        ``MAX_CHECKPOINT_BYTES`` (nothing is written), ``LeaseLost`` if the job is no longer ours.
         """
-        encoded = json.dumps(data)
+        problem = plain_json_problem(data, "checkpoint")
+        if problem is not None:
+            raise InvalidCheckpoint(f"{problem}; nothing was written")
+        encoded = encode(data)
+        size, limit = len(encoded.encode()), jobs_settings.MAX_CHECKPOINT_BYTES
+        if size > limit:
+            raise InvalidCheckpoint(
+                f"checkpoint is {size} bytes encoded, over MAX_CHECKPOINT_BYTES ({limit}); "
+                "nothing was written"
+            )
         if self._lease.lost or not self._writer.run(
             lambda: transitions.set_checkpoint(self.job_id, self.execution_id, encoded)
         ):

@@ -10,7 +10,6 @@ business writes around it.
 from __future__ import annotations
 
 import datetime as dt
-import json
 import math
 from collections.abc import Callable, Iterable, Sequence
 from contextlib import nullcontext
@@ -28,6 +27,7 @@ from django_jobs.errors import (
     PayloadTooLarge,
     UnknownJobType,
 )
+from django_jobs.jsonvalues import encode, plain_json_problem
 from django_jobs.models import Job
 from django_jobs.registry import PRIORITY_RANGE, QUEUE_RE, JobType, registry
 from django_jobs.states import KEY_HOLDING_STATUSES
@@ -198,40 +198,15 @@ def encode_payload(payload: object) -> str:
     """
     if not isinstance(payload, dict):
         raise InvalidPayload(f"payload must be a dict (a JSON object), not {type(payload).__name__}")
-    _check_plain_json(payload, "payload")
-    encoded = json.dumps(payload, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+    problem = plain_json_problem(payload, "payload")
+    if problem is not None:
+        raise InvalidPayload(problem)
+    encoded = encode(payload)
     size = len(encoded.encode())
     limit = jobs_settings.MAX_PAYLOAD_BYTES
     if size > limit:
         raise PayloadTooLarge(f"payload is {size} bytes encoded, over the limit of {limit} bytes")
     return encoded
-
-
-def _check_plain_json(value: object, path: str) -> None:
-    # json.dumps alone would silently turn int keys into strings and tuples into lists, and
-    # PostgreSQL's jsonb refuses NUL characters: the handler must see exactly what was enqueued.
-    if value is None or isinstance(value, bool | int):
-        return
-    if isinstance(value, str):
-        if "\x00" in value:
-            raise InvalidPayload(f"{path} contains a NUL character, which jsonb cannot store")
-        return
-    if isinstance(value, float):
-        if not math.isfinite(value):
-            raise InvalidPayload(f"{path} is {value!r}, which is not valid JSON")
-        return
-    if isinstance(value, list):
-        for i, item in enumerate(value):
-            _check_plain_json(item, f"{path}[{i}]")
-        return
-    if isinstance(value, dict):
-        for key, item in value.items():
-            if not isinstance(key, str):
-                raise InvalidPayload(f"{path} has a non-string key {key!r}")
-            _check_plain_json(key, f"{path} key")
-            _check_plain_json(item, f"{path}[{key!r}]")
-        return
-    raise InvalidPayload(f"{path} is a {type(value).__name__}, which is not a plain JSON value")
 
 
 # ---- insertion ------------------------------------------------------------------------------

@@ -112,6 +112,21 @@ class DeadlineExceeded(RetryableError):
     default_code = "TIMEOUT"
 
 
+class InvalidCheckpoint(PermanentError):
+    """Raised by ``ctx.save_checkpoint()`` for data that is not plain JSON or is larger than
+    ``MAX_CHECKPOINT_BYTES``; nothing was written. Uncaught, the job fails: the same data would
+    be refused on every attempt."""
+
+    default_code = "CHECKPOINT_INVALID"
+
+
+class InvalidProgress(PermanentError):
+    """Raised by ``ctx.progress()`` for a ``done`` or ``total`` that is not a finite number;
+    nothing was written."""
+
+    default_code = "PROGRESS_INVALID"
+
+
 class OutcomeKind(enum.Enum):
     RETRY = "retry"
     FAIL = "fail"

@@ -381,3 +381,14 @@ def kills_its_process(ctx: JobContext, payload: dict[str, Any]) -> None:
     if ctx.attempt == 1:
         os.kill(os.getpid(), signal.SIGKILL)
     _mark(ctx, "survived")
+
+
+@job("test.bad_reports", backoff=FAST)
+def bad_reports(ctx: JobContext, payload: dict[str, Any]) -> None:
+    """Saves a checkpoint (and reports progress) the database could not store as given."""
+    if payload["what"] == "checkpoint":
+        ctx.save_checkpoint(payload["good"])
+        huge = {"rows": "x" * (65 * 1024)} if payload["bad"] == "huge" else {"ratio": math.nan, "when": time}
+        ctx.save_checkpoint(huge)
+    else:
+        ctx.progress(math.nan if payload["bad"] == "nan" else "half", 10)

@@ -330,3 +330,24 @@ def test_outcome_for_a_lost_execution_is_never_written() -> None:
     [held] = claim(ClaimStatement("w", None, {"test.noop": 1}), 1)
     assert outcomes.write([Finished(held, None)]) == {}
     assert outcomes.write([Finished(held, Happened.COMPLETED, ran_for=0.0)]) == {held.id: JobStatus.COMPLETED}
+
+
+# Unbounded writes from handlers ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("bad", ["huge", "not_json"])
+def test_a_checkpoint_that_cannot_be_stored_is_a_clear_error_and_keeps_the_last_good_one(bad: str) -> None:
+    job = enqueue("test.bad_reports", {"what": "checkpoint", "good": {"step": 3}, "bad": bad})
+    run_worker()
+    job.refresh_from_db()
+    assert (job.status, job.last_error_code) == (JobStatus.FAILED, "CHECKPOINT_INVALID")
+    assert job.checkpoint == {"step": 3}  # nothing half-written
+    assert "nothing was written" in (job.last_error or "")
+
+
+@pytest.mark.parametrize("bad", ["nan", "text"])
+def test_progress_that_is_not_a_number_is_a_clear_error(bad: str) -> None:
+    job = enqueue("test.bad_reports", {"what": "progress", "bad": bad})
+    run_worker()
+    job.refresh_from_db()
+    assert (job.status, job.last_error_code, job.progress) == (JobStatus.FAILED, "PROGRESS_INVALID", None)

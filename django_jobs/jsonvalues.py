@@ -1,0 +1,48 @@
+"""Plain JSON values: what round-trips unchanged through PostgreSQL's jsonb.
+
+Payloads (at enqueue) and checkpoints (from handlers) are checked here before they are written,
+so a value that would be changed on the way (a tuple, an int key) or refused (NaN, NUL) is a
+clear error to whoever gave it, and nothing is half-written.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+
+def plain_json_problem(value: object, path: str) -> str | None:
+    """What keeps ``value`` from round-tripping unchanged through jsonb, or None if nothing."""
+    # json.dumps alone would silently turn int keys into strings and tuples into lists, and
+    # PostgreSQL's jsonb refuses NUL characters: what a handler reads back must be exactly what was stored.
+    if value is None or isinstance(value, bool | int):
+        return None
+    if isinstance(value, str):
+        if "\x00" in value:
+            return f"{path} contains a NUL character, which jsonb cannot store"
+        return None
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            return f"{path} is {value!r}, which is not valid JSON"
+        return None
+    if isinstance(value, list):
+        for i, item in enumerate(value):
+            if (problem := plain_json_problem(item, f"{path}[{i}]")) is not None:
+                return problem
+        return None
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if not isinstance(key, str):
+                return f"{path} has a non-string key {key!r}"
+            problem = plain_json_problem(key, f"{path} key") or plain_json_problem(item, f"{path}[{key!r}]")
+            if problem is not None:
+                return problem
+        return None
+    return f"{path} is a {type(value).__name__}, which is not a plain JSON value"
+
+
+
+
+def encode(value: object) -> str:
+    """``value`` as compact JSON text; check it with :func:`plain_json_problem` first."""
+    return json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
