@@ -49,6 +49,8 @@ from django_jobs.pool import ExecutorPool, Held
 logger = logging.getLogger("django_jobs.pool")
 
 _SPAWN = multiprocessing.get_context("spawn")
+#: Seconds a new child may take to set Django up before the worker gives up on it.
+CHILD_START_TIMEOUT = 60.0
 #: Seconds past its deadline a handler may take to notice it (``ctx.raise_if_cancelled()``)
 #: before its child is killed: well before its lease, no longer extended, runs out.
 KILL_GRACE = 0.25
@@ -85,9 +87,12 @@ class ProcessPool(ExecutorPool):
         self.children_started = 0
 
     def start(self) -> None:
-        # Start the children first (each sets Django up: about a second), then the slots.
-        for slot in range(self.concurrency):
-            self._children[slot] = self._start_child()
+        # Start the children first, all at once (each sets Django up: about half a second),
+        # then the slots.
+        children = {slot: self._start_child(wait=False) for slot in range(self.concurrency)}
+        for child in children.values():
+            self._wait_ready(child)
+        self._children.update(children)
         super().start()
 
     def replace_stuck(self) -> list[Held]:
@@ -181,7 +186,9 @@ class ProcessPool(ExecutorPool):
             self._children[slot] = new
         return new
 
-    def _start_child(self) -> _Child:
+    def _start_child(self, wait: bool = True) -> _Child:
+        """Start a child; with ``wait``, return once it is ready to run a job. A job's deadline
+        counts from when its child has it, never while a new child is still setting up."""
         parent_conn, child_conn = _SPAWN.Pipe()
         cancel, lost = _SPAWN.Value("b", 0, lock=False), _SPAWN.Value("b", 0, lock=False)
         process = _SPAWN.Process(
@@ -193,7 +200,15 @@ class ProcessPool(ExecutorPool):
         process.start()
         child_conn.close()
         self.children_started += 1
-        return _Child(process, parent_conn, cancel, lost)
+        child = _Child(process, parent_conn, cancel, lost)
+        if wait:
+            self._wait_ready(child)
+        return child
+
+    def _wait_ready(self, child: _Child) -> None:
+        if not child.conn.poll(CHILD_START_TIMEOUT) or child.conn.recv() != "ready":
+            self._stop_child(child, kill=True)
+            raise RuntimeError(f"a child process did not start within {CHILD_START_TIMEOUT}s")
 
     @staticmethod
     def _stop_child(child: _Child, kill: bool = False) -> None:
@@ -250,6 +265,7 @@ def child_main(conn: Connection, cancel: Any, lost: Any, parent_pid: int) -> Non
     side_writer.start()
     current: list[Lease] = []
     threading.Thread(target=_mirror_flags, args=(current, cancel, lost), daemon=True).start()
+    conn.send("ready")
     while True:
         try:
             message = conn.recv()

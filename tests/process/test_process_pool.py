@@ -117,3 +117,18 @@ def test_shutdown_past_grace_kills_the_children_and_gives_their_jobs_back_at_onc
     assert (job.status, job.attempts, job.last_error_code) == (JobStatus.PENDING, 1, "INTERRUPTED")
     assert JobEvent.objects.get(job=job).kind == EventKind.RELEASED
     assert not BusinessRow.objects.filter(key__startswith="finished:").exists()
+
+
+def test_a_deadline_counts_from_when_the_child_has_the_job_not_from_its_start_up(
+    worker_env: dict[str, str],
+) -> None:
+    """timeout=0.3 s is shorter than a new child takes to set Django up: the retry after a
+    kill must still really run in the replacement child, not be killed while it starts."""
+    job = enqueue("test.hung", {"seconds": 60})
+    worker = WorkerProcess(worker_env, "--pool", "process")
+    try:
+        wait_for(lambda: _status(job) == JobStatus.FAILED, timeout=30, what="both attempts to be killed")
+    finally:
+        worker.stop()
+    assert BusinessRow.objects.filter(key__startswith=f"started:{job.id}:").count() == 2
+    assert Job.objects.get(id=job.id).last_error_code == "TIMEOUT"
