@@ -123,10 +123,8 @@ class Lease:
     def record_beat(self, owned: bool, cancel_requested: bool, at: float, beat: transitions.Beat) -> None:
         with self.lock:
             if owned:
-                if beat.lease > 0:
-                    self.last_beat = at
-                else:  # not extended: poll again after an interval, but the lease runs on
-                    self.last_beat = max(self.last_beat, at)
+                # Also after a poll that did not extend the lease: it only paces the next write.
+                self.last_beat = at
                 self.counted = self.counted or beat.ran_for is not None
                 self.cancel_requested = self.cancel_requested or cancel_requested
             else:

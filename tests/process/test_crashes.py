@@ -150,7 +150,7 @@ def test_second_signal_exits_at_once_and_leaves_running_jobs_to_their_leases(
     try:
         assert worker.wait(timeout=10) == 0
     except Exception:
-        print(worker.output()[-3000:])
+        print(worker.output()[-3000:])  # what the worker was doing when it did not exit
         raise
     _left_to_its_lease(job, db_now)
 
