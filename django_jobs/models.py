@@ -119,6 +119,7 @@ class Job(models.Model):
             ("retry_job", "Can retry failed, cancelled and parked jobs"),
             ("cancel_job", "Can cancel pending and running jobs"),
             ("resolve_job", "Can resolve jobs that need review"),
+            ("view_sensitive_payload", "Can see the sensitive fields of payloads unmasked"),
         )
         indexes = (
             # The claim of a worker that serves named queues: one ordered index scan per queue,
