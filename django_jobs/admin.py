@@ -20,9 +20,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from django.contrib import admin, messages
-from django.core.exceptions import PermissionDenied
-from django.core.paginator import Paginator
-from django.db import connections
+from django.contrib.admin.views.main import ChangeList
+from django.core.exceptions import BadRequest
+from django.core.paginator import InvalidPage, Paginator
+from django.db import connections, router, transaction
 from django.db.models import BooleanField, ExpressionWrapper, Q, QuerySet
 from django.db.models.functions import Now
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseBadRequest, HttpResponseRedirect
@@ -35,7 +36,7 @@ from django.utils.html import format_html
 from django.utils.http import urlencode
 from django.views.decorators.http import require_http_methods
 
-from django_jobs import dashboard, transitions
+from django_jobs import dashboard, masking, transitions
 from django_jobs.conf import jobs_settings
 from django_jobs.models import Job, JobEvent
 from django_jobs.states import JobStatus
@@ -47,11 +48,40 @@ else:
 
 #: Above this many rows (by the planner's estimate) the list shows an estimate, not a count.
 EXACT_COUNT_LIMIT = 10_000
+#: The list pages no deeper than this: an OFFSET of millions reads millions of rows. Filters
+#: and the search reach any job in one page.
+MAX_PAGES = 200
 MAX_IDS_PER_ACTION = 1000
+#: The confirmation page lists this many of the selected jobs and counts the rest.
+CONFIRM_ROWS_SHOWN = 100
+#: The job page shows this many events at a time, newest first, with a link to older ones.
+EVENTS_PER_PAGE = 50
+MAX_REASON_CHARS = 2000
+
+#: What the list reads: never the payload, checkpoint, progress or error of 50 rows.
+LIST_COLUMNS = (
+    "id", "type", "queue", "status", "attempts", "max_attempts", "last_error_code", "worker_id",
+    "available_at", "started_at", "finished_at", "created_at", "lease_expires_at",
+)  # fmt: skip
+#: What the confirmation page reads of each selected job.
+CONFIRM_COLUMNS = ("id", "type", "queue", "status", "attempts", "max_attempts", "last_error_code")
 
 
 class EstimatedCountPaginator(Paginator):  # type: ignore[type-arg]  # generic only in the stubs
-    """Counts exactly only small results; large ones use the planner's row estimate."""
+    """Counts exactly only small results; large ones use the planner's row estimate.
+
+    Pages beyond ``MAX_PAGES`` do not exist: reaching them would read every row before them.
+    """
+
+    @cached_property
+    def num_pages(self) -> int:
+        return min(super().num_pages, MAX_PAGES)
+
+    def validate_number(self, number: Any) -> int:
+        page = int(super().validate_number(number))
+        if page > MAX_PAGES:
+            raise InvalidPage(f"the list pages no deeper than {MAX_PAGES}: narrow it with a filter")
+        return page
 
     @cached_property
     def count(self) -> int:
@@ -75,7 +105,19 @@ def _first(row: Any) -> Any:
 # ---- filters: choices without reading the table ---------------------------------------------------
 
 
-class _IndexedValuesFilter(admin.SimpleListFilter):
+def _text_parameter(name: str, value: str | None) -> str | None:
+    """A filter value or search term as PostgreSQL can compare it; NUL is a 400, not a 500."""
+    if value is not None and "\x00" in value:
+        raise BadRequest(f"the {name} parameter holds a NUL character")
+    return value
+
+
+class _TextFilter(admin.SimpleListFilter):
+    def value(self) -> str | None:
+        return _text_parameter(str(self.parameter_name), super().value())
+
+
+class _IndexedValuesFilter(_TextFilter):
     column = ""
 
     def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
@@ -99,12 +141,27 @@ class TypeFilter(_IndexedValuesFilter):
 
 
 class ErrorCodeFilter(_IndexedValuesFilter):
-    title = "error code"
+    """Jobs whose last error had this code, whatever became of them since (a job that failed
+    once and then completed keeps its last error)."""
+
+    title = "last error code (any status)"
     parameter_name = "error_code"
     column = "last_error_code"
 
 
-class StatusFilter(admin.SimpleListFilter):
+class FailedWithCodeFilter(_IndexedValuesFilter):
+    """Only the jobs that are failed now, with this error code: what an incident is about."""
+
+    title = "failed now, with error code"
+    parameter_name = "failed_code"
+    column = "last_error_code"
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Job]) -> QuerySet[Job]:
+        value = self.value()
+        return queryset.filter(status=JobStatus.FAILED, last_error_code=value) if value else queryset
+
+
+class StatusFilter(_TextFilter):
     title = "status"
     parameter_name = "status"
 
@@ -115,7 +172,7 @@ class StatusFilter(admin.SimpleListFilter):
         return queryset.filter(status=self.value()) if self.value() else queryset
 
 
-class AttentionFilter(admin.SimpleListFilter):
+class AttentionFilter(_TextFilter):
     """The two questions of an incident: what is stuck, and what waits for a human."""
 
     title = "needs attention"
@@ -217,7 +274,16 @@ class JobAdmin(ModelAdmin):
         "worker_id",
     )
     list_display_links = ("id", "type")
-    list_filter = (StatusFilter, AttentionFilter, QueueFilter, TypeFilter, ErrorCodeFilter)
+    list_filter = (
+        StatusFilter,
+        AttentionFilter,
+        QueueFilter,
+        TypeFilter,
+        FailedWithCodeFilter,
+        ErrorCodeFilter,
+    )
+    # Sorting by another column would sort the whole (filtered) table for every page.
+    sortable_by = ("id",)
     search_fields = ("type",)  # see get_search_results: exact matches only, each one indexed
     search_help_text = "A job id, or an exact type, unique key or error code."
     list_per_page = 50
@@ -269,24 +335,32 @@ class JobAdmin(ModelAdmin):
     def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
         return [str(f) for _, options in self.fieldsets for f in options["fields"]]
 
+    def has_view_sensitive_permission(self, request: HttpRequest) -> bool:
+        return request.user.has_perm(masking.PERMISSION)
+
     # ---- the list ---------------------------------------------------------------------------
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Job]:
-        # "Stale" is decided by the database's clock, as the reaper and the stale filter do.
+        # Ages and "stale" are measured by the database's clock, as the reaper and the stale
+        # filter do: a web server whose clock drifts must not label a healthy job stale.
         return (
             super()
             .get_queryset(request)
             .annotate(
+                db_now=Now(),
                 lease_expired=ExpressionWrapper(
                     Q(status=JobStatus.RUNNING, lease_expires_at__lt=Now()), output_field=BooleanField()
-                )
+                ),
             )
         )
+
+    def get_changelist(self, request: HttpRequest, **kwargs: Any) -> type[ChangeList]:
+        return JobChangeList
 
     def get_search_results(
         self, request: HttpRequest, queryset: QuerySet[Job], search_term: str
     ) -> tuple[QuerySet[Job], bool]:
-        term = search_term.strip()
+        term = (_text_parameter("search", search_term) or "").strip()
         if not term:
             return queryset, False
         match = Q(type=term) | Q(unique_key=term) | Q(last_error_code=term)
@@ -308,7 +382,7 @@ class JobAdmin(ModelAdmin):
 
     @admin.display(description="age / available in")
     def timing(self, job: Job) -> str:
-        now = timezone.now()
+        now = _database_now(job)
         if job.status == JobStatus.PENDING:
             if job.available_at > now:
                 return f"in {_duration(job.available_at - now)}"
@@ -321,17 +395,22 @@ class JobAdmin(ModelAdmin):
 
     # ---- the detail -------------------------------------------------------------------------
 
+    def get_object(self, request: HttpRequest, object_id: str, from_field: str | None = None) -> Job | None:
+        job = super().get_object(request, object_id, from_field)
+        if job is not None:
+            # Read by the field displays below, which see the job but not the request.
+            job.shows_sensitive = self.has_view_sensitive_permission(request)  # type: ignore[attr-defined]
+        return job
+
     @admin.display(description="payload")
     def payload_pretty(self, job: Job) -> str:
-        return format_html(
-            "<pre class='djj-json'>{}</pre>", json.dumps(job.payload, indent=2, ensure_ascii=False)
-        )
+        return _json_block(_visible(job, job.payload))
 
     @admin.display(description="checkpoint")
     def checkpoint_pretty(self, job: Job) -> str:
         if job.checkpoint is None:
             return "—"
-        return format_html("<pre class='djj-json'>{}</pre>", json.dumps(job.checkpoint, indent=2))
+        return _json_block(_visible(job, job.checkpoint))
 
     @admin.display(description="last error (sanitized)")
     def last_error_pretty(self, job: Job) -> str:
@@ -354,7 +433,8 @@ class JobAdmin(ModelAdmin):
     def heartbeat_age(self, job: Job) -> str:
         if job.heartbeat_at is None or job.status != JobStatus.RUNNING:
             return "—"  # a finished job's last beat would only suggest it still runs
-        return f"{_duration(timezone.now() - job.heartbeat_at)} ago ({job.heartbeat_at:%Y-%m-%d %H:%M:%S})"
+        age = _duration(_database_now(job) - job.heartbeat_at)
+        return f"{age} ago ({job.heartbeat_at:%Y-%m-%d %H:%M:%S})"
 
     def change_view(
         self,
@@ -363,16 +443,39 @@ class JobAdmin(ModelAdmin):
         form_url: str = "",
         extra_context: dict[str, Any] | None = None,
     ) -> HttpResponse:
+        before = request.GET.get("events_before")
+        if before is not None and not _EVENT_ID.match(before):
+            return HttpResponseBadRequest("events_before must be an event id")
         job = self.get_object(request, object_id)
         context = dict(extra_context or {})
         if job is not None:
-            context["events"] = list(JobEvent.objects.filter(job_id=job.id).order_by("id"))
+            context.update(self._history(request, job, int(before) if before else None))
             context["job_actions"] = [
                 (action, self.action_url(action.name, [job.id]))
                 for action in self.allowed_actions(request)
                 if job.status in action.eligible
             ]
         return super().change_view(request, object_id, form_url, context)
+
+    def _history(self, request: HttpRequest, job: Job, before: int | None) -> dict[str, Any]:
+        """One page of the job's events, newest first: a job retried by hand ten thousand
+        times, or a chatty type, has that many."""
+        events = JobEvent.objects.filter(job_id=job.id).order_by("-id")
+        if before is not None:
+            events = events.filter(id__lt=before)
+        page = list(events[: EVENTS_PER_PAGE + 1])
+        older = page[EVENTS_PER_PAGE - 1].id if len(page) > EVENTS_PER_PAGE else None
+        page = page[:EVENTS_PER_PAGE]
+        if not self.has_view_sensitive_permission(request):
+            masker = masking.masker_for(job.type)
+            for event in page:
+                event.details = masker.mask(event.details)
+        return {
+            "events": page,
+            "events_newest": before is None,  # the page that starts with the job's present
+            "events_oldest": older is None,  # the page that ends with its enqueueing
+            "events_older_url": f"?{urlencode({'events_before': older})}#job-history" if older else None,
+        }
 
     # ---- actions: one confirmation view for single and bulk ---------------------------------
 
@@ -391,15 +494,29 @@ class JobAdmin(ModelAdmin):
     def allowed_actions(self, request: HttpRequest) -> list[Action]:
         return [a for a in ACTIONS.values() if request.user.has_perm(f"django_jobs.{a.permission}")]
 
+    def forbidden(self, request: HttpRequest, what: str, needs: str) -> HttpResponse:
+        """The admin's own 403 page: says what was refused and which permission it takes."""
+        context = {
+            **self.admin_site.each_context(request),
+            "opts": self.opts,
+            "title": "Not allowed",
+            "what": what,
+            "needs": needs,
+        }
+        return TemplateResponse(request, "admin/django_jobs/job/forbidden.html", context, status=403)
+
     @method_decorator(require_http_methods(["GET", "POST"]))
     def action_view(self, request: HttpRequest, action_name: str) -> HttpResponse:
         action = ACTIONS.get(action_name)
         if not self.has_view_permission(request):
-            raise PermissionDenied
+            return self.forbidden(request, "You may not see jobs.", "django_jobs.view_job")
         if action is None:
             return HttpResponseBadRequest(f"unknown action {action_name!r}")
         if not request.user.has_perm(f"django_jobs.{action.permission}"):
-            raise PermissionDenied
+            return self.forbidden(
+                request, f"You may see jobs but not {action.label.lower()} them.",
+                f"django_jobs.{action.permission}",
+            )  # fmt: skip
         raw = (request.POST if request.method == "POST" else request.GET).get("ids", "")
         parts = [part.strip() for part in raw.split(",") if part.strip()]
         if not all(_JOB_ID.match(part) and not part.startswith("#") for part in parts):
@@ -407,16 +524,15 @@ class JobAdmin(ModelAdmin):
         ids = sorted({int(part) for part in parts})
         if not ids or len(ids) > MAX_IDS_PER_ACTION:
             return HttpResponseBadRequest(f"give between 1 and {MAX_IDS_PER_ACTION} job ids")
-        jobs = list(Job.objects.filter(id__in=ids).order_by("-id"))
+        jobs = list(Job.objects.filter(id__in=ids).only(*CONFIRM_COLUMNS).order_by("-id"))
         if not jobs:
             raise Http404("none of these jobs exists")
         eligible = [job for job in jobs if job.status in action.eligible]
         reason = request.POST.get("reason", "").strip() if request.method == "POST" else ""
         error = None
         if request.method == "POST":
-            if not reason:
-                error = "Say why: the reason is kept in the job's history."
-            else:
+            error = _reason_problem(reason)
+            if error is None:
                 self._perform(request, action, eligible, reason)
                 if len(ids) == 1:
                     return HttpResponseRedirect(
@@ -428,7 +544,8 @@ class JobAdmin(ModelAdmin):
             "opts": self.opts,
             "title": f"{action.label}: confirm",
             "action": action,
-            "jobs": jobs,
+            "jobs": jobs[:CONFIRM_ROWS_SHOWN],
+            "jobs_not_shown": len(jobs) - CONFIRM_ROWS_SHOWN if len(jobs) > CONFIRM_ROWS_SHOWN else 0,
             "eligible_ids": {job.id for job in eligible},
             "missing": len(ids) - len(jobs),
             "ids": ",".join(map(str, ids)),
@@ -444,12 +561,13 @@ class JobAdmin(ModelAdmin):
         done, refused = 0, []
         for job in jobs:
             try:
-                outcome = action.run(job.id, actor, reason)
+                with _audited_transaction():
+                    outcome = action.run(job.id, actor, reason)
+                    self.log_change(request, job, f"{outcome}: {reason}")
             except transitions.ActionRefused as exc:
                 refused.append(str(exc))
                 continue
             done += 1
-            self.log_change(request, job, f"{outcome}: {reason}")
         if done:
             messages.success(request, f"{action.label}: {done} job(s) done.")
         for message in refused:
@@ -461,7 +579,7 @@ class JobAdmin(ModelAdmin):
 
     def dashboard_view(self, request: HttpRequest) -> HttpResponse:
         if not self.has_view_permission(request):
-            raise PermissionDenied
+            return self.forbidden(request, "You may not see jobs.", "django_jobs.view_job")
         context = {
             **self.admin_site.each_context(request),
             "opts": self.opts,
@@ -474,6 +592,67 @@ class JobAdmin(ModelAdmin):
 
 #: A job id as typed by a person: ASCII digits that fit a bigint, optionally after "#".
 _JOB_ID = re.compile(r"^#?[0-9]{1,18}$")
+_EVENT_ID = re.compile(r"^[0-9]{1,18}$")
+
+
+class JobChangeList(ChangeList):
+    """The list of jobs reads only the columns it shows (a payload may weigh 256 KiB)."""
+
+    def get_queryset(self, request: HttpRequest, *args: Any, **kwargs: Any) -> QuerySet[Job]:
+        return super().get_queryset(request, *args, **kwargs).only(*LIST_COLUMNS)
+
+
+def _audited_transaction() -> Any:
+    """One transaction for an action's transition, its event and the admin's log entry: a crash
+    between them leaves both or neither. (The two are only atomic together when the job tables
+    and ``LogEntry`` share a database, which is how ``DJANGO_JOBS["DATABASE"]`` is meant.)"""
+    from django.contrib.admin.models import LogEntry
+
+    jobs_alias, log_alias = jobs_settings.DATABASE, router.db_for_write(LogEntry)
+    if jobs_alias == log_alias:
+        return transaction.atomic(using=jobs_alias)
+    return _nested(transaction.atomic(using=jobs_alias), transaction.atomic(using=log_alias))
+
+
+class _nested:
+    def __init__(self, *managers: Any) -> None:
+        self._managers = managers
+
+    def __enter__(self) -> None:
+        for manager in self._managers:
+            manager.__enter__()
+
+    def __exit__(self, *exc_info: Any) -> bool:
+        suppressed = False
+        for manager in reversed(self._managers):
+            suppressed = bool(manager.__exit__(*exc_info)) or suppressed
+        return suppressed
+
+
+def _reason_problem(reason: str) -> str | None:
+    if not reason:
+        return "Say why: the reason is kept in the job's history."
+    if "\x00" in reason:
+        return "The reason holds a NUL character, which cannot be stored."
+    if len(reason) > MAX_REASON_CHARS:
+        return f"Keep the reason under {MAX_REASON_CHARS} characters."
+    return None
+
+
+def _database_now(job: Job) -> dt.datetime:
+    """The database's clock as read with the row (see ``get_queryset``)."""
+    return getattr(job, "db_now", None) or timezone.now()
+
+
+def _visible(job: Job, value: Any) -> Any:
+    """A JSON value of the job as this viewer may see it."""
+    if getattr(job, "shows_sensitive", False):
+        return value
+    return masking.masker_for(job.type).mask(value)
+
+
+def _json_block(value: Any) -> str:
+    return format_html("<pre class='djj-json'>{}</pre>", json.dumps(value, indent=2, ensure_ascii=False))
 
 
 def _duration(delta: dt.timedelta) -> str:

@@ -33,6 +33,10 @@ Every key, its default and its meaning. Durations are seconds; floats are allowe
     Default retry policy: ``base × 2^(attempt-1)``, capped, minus up to ``jitter`` of it.
 ``MAX_ERROR_CHARS`` (8000)
     Longest sanitized error text stored in ``Job.last_error`` and ``JobEvent.error``.
+``SENSITIVE_PAYLOAD_KEYS`` (passwords, secrets, tokens, authorization, API and private keys…)
+    Regular expressions, searched case-insensitively in every key of a payload, checkpoint or
+    event detail: the values of matching keys are masked in the console for people without the
+    ``view_sensitive_payload`` permission. Job types add exact key names with ``sensitive=``.
 ``RETENTION`` ({"completed": 7 days, "skipped": 7 days, "cancelled": 30 days, "failed": None})
     How long finished jobs are kept, per status; ``None`` keeps them forever.
 """
@@ -63,6 +67,18 @@ DEFAULTS: dict[str, Any] = {
     "BACKOFF_CAP": 3600.0,
     "BACKOFF_JITTER": 0.25,
     "MAX_ERROR_CHARS": 8000,
+    "SENSITIVE_PAYLOAD_KEYS": (
+        r"passw",
+        r"pwd",
+        r"secret",
+        r"token",
+        r"authori[sz]ation",
+        r"api[-_]?key",
+        r"private[-_]?key",
+        r"credential",
+        r"cookie",
+        r"signature",
+    ),
     "RETENTION": {"completed": 7 * DAY, "skipped": 7 * DAY, "cancelled": 30 * DAY, "failed": None},
 }
 
@@ -141,6 +157,10 @@ class Settings:
     @property
     def MAX_ERROR_CHARS(self) -> int:
         return int(self._get("MAX_ERROR_CHARS"))
+
+    @property
+    def SENSITIVE_PAYLOAD_KEYS(self) -> tuple[str, ...]:
+        return tuple(self._get("SENSITIVE_PAYLOAD_KEYS"))
 
     @property
     def RETENTION(self) -> dict[str, float | None]:

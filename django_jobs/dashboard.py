@@ -45,6 +45,17 @@ class Dashboard:
     generated_at: dt.datetime
     charts: dict[str, SafeString] = field(default_factory=dict)
 
+    @property
+    def failed_kept(self) -> int:
+        """Every job whose status is failed now, however old: failed jobs are kept until someone
+        retries them or RETENTION prunes them."""
+        return sum(row.failed for row in self.queues)
+
+    @property
+    def failed_last_24h(self) -> int:
+        """Jobs that ended failed in the last 24 hours and are failed still."""
+        return sum(count for _, count in self.failures_by_code)
+
 
 # Each aggregate matches one partial index exactly, so PostgreSQL answers from the index.
 _PENDING = """

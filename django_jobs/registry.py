@@ -66,6 +66,9 @@ class JobType:
     #: Seconds within which a job of this type should start; older pending jobs are shown as
     #: SLA breaches on the dashboard.
     sla: float | None = None
+    #: Payload keys (exact names, at any depth) whose values the console masks for people
+    #: without the ``view_sensitive_payload`` permission, besides SENSITIVE_PAYLOAD_KEYS.
+    sensitive: tuple[str, ...] = ()
 
     @property
     def default_queue(self) -> str:
@@ -159,6 +162,7 @@ def job(
     on_lost: str | None = None,
     reconcile: Reconciler | None = None,
     sla: float | None = None,
+    sensitive: tuple[str, ...] | list[str] = (),
 ) -> Callable[[H], H]:
     """Register the decorated ``handler(ctx, payload)`` as job type ``name``.
 
@@ -186,6 +190,8 @@ def job(
         raise ValueError("sla must be > 0 seconds")
     if on_lost == "reconcile" and reconcile is None:
         raise ValueError('on_lost="reconcile" needs a reconcile function')
+    if isinstance(sensitive, str) or not all(isinstance(key, str) and key for key in sensitive):
+        raise ValueError('sensitive must be a tuple of payload key names, e.g. sensitive=("card",)')
 
     def decorator(handler: H) -> H:
         registry.register(
@@ -204,6 +210,7 @@ def job(
                 on_lost=on_lost,
                 reconcile=reconcile,
                 sla=sla,
+                sensitive=tuple(sensitive),
             )
         )
         handler.job_name = name  # type: ignore[attr-defined]  # lets enqueue(handler, ...) work

@@ -51,7 +51,7 @@ def charge_invoice(ctx: JobContext, payload: dict[str, Any]) -> None:
         raise SkipJob(f"invoice {number} no longer exists")
 
 
-@job("demo.generate_report", queue="reports", backoff=DEMO_BACKOFF)
+@job("demo.generate_report", queue="reports", backoff=DEMO_BACKOFF, sensitive=("recipient",))
 def generate_report(ctx: JobContext, payload: dict[str, Any]) -> None:
     """Validates its payload: a bad one fails permanently, without retries."""
     report_id = payload.get("report_id")

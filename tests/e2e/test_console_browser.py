@@ -58,6 +58,8 @@ IMAGES = Path(
 )
 PASSWORD = "correct horse battery staple"
 REASON = "Ledger file fixed upstream (row 1 had quantity 0); re-importing it."
+RECIPIENT = "cfo@example.com"
+SHARE_TOKEN = "rpt_9f8e7d6c5b4a"
 
 LIST = "/admin/django_jobs/job/"
 DASHBOARD = "/admin/django_jobs/job/dashboard/"
@@ -137,7 +139,9 @@ def run_real_jobs(provider: FakeProvider) -> tuple[int, int]:
     enqueue_many("demo.sync_crm_contact", [{"contact_id": f"crm-{5000 + i}"} for i in range(3)])
     enqueue_many("demo.charge_invoice", [{"invoice": f"INV-2024-{900 + i}"} for i in range(2)])
     enqueue_many("demo.generate_report", [{"report_id": 410 + i} for i in range(3)])
-    invalid = enqueue("demo.generate_report", {"report_id": "last-week"})
+    invalid = enqueue(  # its recipient is declared sensitive; its token matches the default patterns
+        "demo.generate_report", {"report_id": "last-week", "recipient": RECIPIENT, "share_token": SHARE_TOKEN}
+    )
     enqueue("demo.generate_report", {})
     poison = enqueue(
         "demo.import_legacy_file",
@@ -347,10 +351,11 @@ def walk_through_the_console(browser: Browser, base_url: str, incident: Incident
     expect(page.locator(".field-payload_pretty")).to_contain_text("imports/ledger-2019.csv")
     expect(page.locator(".field-last_error_pretty .djj-error")).to_contain_text("ZeroDivisionError")
     history = page.locator("#job-history tbody tr")
-    expect(history).to_have_count(4)  # enqueued, two retries, the failure
+    expect(history).to_have_count(4)  # newest first: the failure, two retries, the enqueueing
+    expect(history.nth(0)).to_contain_text("running → failed")
     expect(history.nth(1)).to_contain_text("Retry scheduled")
     expect(history.nth(2)).to_contain_text("Retry scheduled")
-    expect(history.nth(3)).to_contain_text("running → failed")
+    expect(history.nth(3)).to_contain_text("enqueued")
     actions = page.locator("#job-actions a.button")
     expect(actions).to_have_text(["Retry…"])  # a failed job cannot be cancelled or resolved
     console.shoot("detail")
@@ -367,17 +372,27 @@ def walk_through_the_console(browser: Browser, base_url: str, incident: Incident
     expect(page.locator(".messagelist")).to_contain_text("Retry: 1 job(s) done.")
     expect(page.locator(".field-status .readonly")).to_have_text("Pending")
     expect(page.locator(".field-retried_by .readonly")).to_have_text("alice")
-    retried = history.last
+    retried = history.first
     expect(retried).to_contain_text("Retried by an operator")
     expect(retried).to_contain_text("failed → pending")
     expect(retried).to_contain_text("alice")
     expect(retried).to_contain_text(REASON)
+    # Alice may see sensitive payload fields (a superuser has every permission).
+    page.goto(f"{LIST}{incident.invalid_report}/change/")
+    expect(page.locator(".field-payload_pretty")).to_contain_text(RECIPIENT)
+    expect(page.locator(".field-payload_pretty")).to_contain_text(SHARE_TOKEN)
     console.log_out()
 
-    # A member of staff who may look but not retry.
+    # A member of staff who may look but not retry, nor see sensitive fields.
     console.log_in("bob")
     page.goto(f"{LIST}{incident.invalid_report}/change/")
     expect(page.locator(".field-status .readonly")).to_have_text("Failed")
+    payload = page.locator(".field-payload_pretty")
+    expect(payload).to_contain_text('"report_id": "last-week"')
+    expect(payload).to_contain_text('"recipient": "••••••••"')
+    expect(payload).to_contain_text('"share_token": "••••••••"')
+    assert RECIPIENT not in page.content() and SHARE_TOKEN not in page.content()
+    console.shoot("masked")
     expect(page.locator("#job-history")).to_be_visible()
     expect(page.locator("#job-actions")).to_have_count(0)
     page.goto(LIST)
@@ -387,6 +402,8 @@ def walk_through_the_console(browser: Browser, base_url: str, incident: Incident
     act = f"/admin/django_jobs/job/act/retry/?ids={incident.invalid_report}"
     refused = page.goto(act)
     assert refused is not None and refused.status == 403
+    expect(page.locator("h1")).to_have_text("Not allowed")  # the admin's own page, not a bare 403
+    expect(page.locator("#content-main")).to_contain_text("django_jobs.retry_job")
     csrf = next(c["value"] for c in console.context.cookies() if c["name"] == "csrftoken")
     posted = page.request.post(
         base_url + act,
