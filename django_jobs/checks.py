@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -67,6 +68,30 @@ def check_settings(app_configs: Sequence[AppConfig] | None = None, **kwargs: Any
                 id="django_jobs.E006",
             )
         )
+    errors.extend(_check_patterns(user.get("SENSITIVE_PAYLOAD_KEYS", DEFAULTS["SENSITIVE_PAYLOAD_KEYS"])))
+    return errors
+
+
+def _check_patterns(patterns: Any) -> list[CheckMessage]:
+    if isinstance(patterns, str) or not isinstance(patterns, list | tuple):
+        return [
+            Error(
+                "DJANGO_JOBS['SENSITIVE_PAYLOAD_KEYS'] must be a list of regular expressions.",
+                id="django_jobs.E011",
+            )
+        ]
+    errors: list[CheckMessage] = []
+    for pattern in patterns:
+        try:
+            re.compile(pattern)
+        except (re.error, TypeError) as exc:
+            errors.append(
+                Error(
+                    f"DJANGO_JOBS['SENSITIVE_PAYLOAD_KEYS'] holds {pattern!r}, which is not a "
+                    f"regular expression: {exc}",
+                    id="django_jobs.E011",
+                )
+            )
     return errors
 
 

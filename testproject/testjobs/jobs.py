@@ -392,3 +392,8 @@ def bad_reports(ctx: JobContext, payload: dict[str, Any]) -> None:
         ctx.save_checkpoint(huge)
     else:
         ctx.progress(math.nan if payload["bad"] == "nan" else "half", 10)
+
+
+@job("test.payment", sensitive=("card", "cvc"))
+def payment(ctx: JobContext, payload: dict[str, Any]) -> None:
+    """Carries a card in its payload: the console masks it for people without the permission."""

@@ -6,7 +6,7 @@ from collections.abc import Callable
 
 import pytest
 from django.contrib.admin.models import LogEntry
-from django.contrib.auth.models import Permission, User
+from django.contrib.auth.models import User
 from django.db import connection
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
@@ -14,41 +14,10 @@ from django.test.utils import CaptureQueriesContext
 from django_jobs.admin import ACTIONS, EXACT_COUNT_LIMIT
 from django_jobs.models import Job, JobEvent
 from django_jobs.states import EventKind, JobStatus
+from tests.admin.console import DASHBOARD, LIST, act_url, staff
 from tests.factories import JobFactory
 
 pytestmark = pytest.mark.django_db
-
-LIST = "/admin/django_jobs/job/"
-DASHBOARD = "/admin/django_jobs/job/dashboard/"
-
-
-def act_url(action: str, *ids: int) -> str:
-    return f"/admin/django_jobs/job/act/{action}/?ids={','.join(map(str, ids))}"
-
-
-def staff(username: str, *codenames: str) -> User:
-    user = User.objects.create_user(username, password="pw", is_staff=True)
-    user.user_permissions.set(
-        Permission.objects.filter(content_type__app_label="django_jobs", codename__in=codenames)
-    )
-    return user
-
-
-@pytest.fixture
-def login(client: Client) -> Callable[[User | None], Client]:
-    def as_user(user: User | None) -> Client:
-        client.logout()
-        if user is not None:
-            client.force_login(user)
-        return client
-
-    return as_user
-
-
-@pytest.fixture
-def superuser() -> User:
-    return User.objects.create_superuser("root", "root@example.com", "pw")
-
 
 def job_for(action: str) -> Job:
     """A job in a state the action applies to."""

@@ -26,6 +26,9 @@ def test_default_settings_pass() -> None:
         ({"BATCH_SIZE": 2.5}, ["django_jobs.E004"]),
         ({"BACKOFF_JITTER": 2}, ["django_jobs.E005"]),
         ({"HEARTBEAT_INTERVAL": 30, "LEASE_TIMEOUT": 10}, ["django_jobs.E006"]),
+        ({"SENSITIVE_PAYLOAD_KEYS": "token"}, ["django_jobs.E011"]),  # a string, not a list of them
+        ({"SENSITIVE_PAYLOAD_KEYS": ["card", "(unclosed"]}, ["django_jobs.E011"]),
+        ({"SENSITIVE_PAYLOAD_KEYS": [3]}, ["django_jobs.E011"]),
     ],
 )
 def test_invalid_settings_are_reported(value: object, expected: list[str]) -> None:
