@@ -1,0 +1,219 @@
+"""Whatever a person (or a scanner) types into the console: always a page or a 400, never a 500,
+and never a query that reads the whole job table.
+
+Hypothesis drives the test client over the search box, every filter, the pagination and sorting
+parameters, unknown parameters, the job page and the action view, with arbitrary Unicode, NUL
+bytes, huge and negative numbers and very long strings. Every query a request makes on the job
+table is then EXPLAINed on a table of 100,000 rows: a sequential scan of it fails the test.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+from urllib.parse import quote
+
+import pytest
+from django.contrib.auth.models import User
+from django.db import connection
+from django.test import Client
+from django.test.utils import CaptureQueriesContext
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from django_jobs.admin import ACTIONS
+from django_jobs.states import JobStatus
+from tests.admin.console import LIST
+
+pytestmark = [pytest.mark.slow, pytest.mark.django_db]
+
+ROWS = 100_000
+QUEUES = ["default", "emails", "reports", "integrations", "billing"]
+TYPES = [f"test.kind{n}" for n in range(20)]
+CODES = ["UNKNOWN", "PROVIDER_5XX", "RATE_LIMITED", "AUTH_FAILED", "PAYLOAD_INVALID", "LEASE_LOST"]
+ANSWERS = {200, 302, 400, 404}  # a page, the admin's "?e=1" redirect, a clear refusal, not found
+
+FUZZ = settings(
+    max_examples=120,
+    deadline=None,
+    # The 100,000 rows are made once per test; each example only reads them (or retries a job).
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+
+odd_text = st.one_of(
+    st.text(max_size=40),
+    st.sampled_from(
+        ["²", "٣", "#²", "\x00", "a\x00b", "9" * 40, "-1", "#-1", "0", "#0", "1e9", " 42 ", "x" * 5000,
+         "' OR 1=1 --", "%", "_", "\\", "𝟘", "\u202e", "NaN", "-0", "00000000000000000001"]
+    ),
+    st.integers(min_value=-(10**30), max_value=10**30).map(str),
+)  # fmt: skip
+
+
+def value_of(*real: str) -> st.SearchStrategy[str]:
+    return st.one_of(st.sampled_from(real), odd_text) if real else odd_text
+
+
+list_parameters = st.fixed_dictionaries(
+    {},
+    optional={
+        "q": value_of("42", "#42", "test.kind3", "AUTH_FAILED", "order:17"),
+        "status": value_of(*JobStatus.values),
+        "attention": value_of("stale", "review"),
+        "queue": value_of(*QUEUES),
+        "type": value_of(*TYPES),
+        "error_code": value_of(*CODES),
+        "failed_code": value_of(*CODES),
+        "p": value_of("1", "2", "199", "200", "201"),
+        "o": value_of("1", "-1", "2", "-2.1", "3.4.5"),
+        "all": st.just(""),
+        "e": st.just("1"),
+    },
+)
+unknown_parameters = st.dictionaries(
+    st.one_of(st.sampled_from(["id__gt", "payload__contains", "status__in", "pk", "_changelist_filters"]),
+              odd_text),
+    odd_text,
+    max_size=2,
+)  # fmt: skip
+
+
+@pytest.fixture
+def crowded(superuser: User, client: Client) -> Client:
+    """100,000 jobs of every status, queue, type and error code, analysed; a superuser's client."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            """
+            INSERT INTO django_jobs_job (queue, type, version, payload, status, priority, attempts,
+                max_attempts, last_error_code, unique_key, available_at, finished_at, started_at,
+                worker_id, execution_id, heartbeat_at, lease_expires_at)
+            SELECT (%(queues)s::text[])[n %% 5 + 1],
+                   (%(types)s::text[])[n %% 20 + 1],
+                   1, jsonb_build_object('n', n, 'token', md5(n::text)), s.status, n %% 7 - 3,
+                   n %% 4, 5,
+                   CASE WHEN s.status IN ('failed', 'needs_review') OR n %% 9 = 0
+                        THEN (%(codes)s::text[])[n %% 6 + 1] END,
+                   CASE WHEN n %% 10 = 0 THEN 'order:' || n END,
+                   now() - make_interval(secs => n %% 3600),
+                   CASE WHEN s.status IN ('completed', 'failed', 'cancelled')
+                        THEN now() - make_interval(secs => n) END,
+                   CASE WHEN s.status <> 'pending' THEN now() - make_interval(secs => n + 5) END,
+                   CASE WHEN s.status = 'running' THEN 'web-1:1:abc' END,
+                   CASE WHEN s.status = 'running' THEN gen_random_uuid() END,
+                   CASE WHEN s.status = 'running' THEN now() END,
+                   CASE WHEN s.status = 'running' THEN now() + make_interval(secs => 60 - n %% 120) END
+            FROM generate_series(1, %(rows)s) AS n,
+                 LATERAL (SELECT CASE WHEN n %% 100 < 80 THEN 'completed' WHEN n %% 100 < 90 THEN 'pending'
+                                      WHEN n %% 100 < 95 THEN 'failed' WHEN n %% 100 < 97 THEN 'running'
+                                      WHEN n %% 100 < 98 THEN 'needs_review' ELSE 'cancelled' END
+                         AS status) AS s
+            """,
+            {"queues": QUEUES, "types": TYPES, "codes": CODES, "rows": ROWS},
+        )
+        cursor.execute(
+            "INSERT INTO django_jobs_jobevent (job_id, kind, from_status, to_status, attempt)"
+            " SELECT id, 'retry_scheduled', 'running', 'pending', 1 FROM django_jobs_job WHERE id % 3 = 0"
+        )
+        cursor.execute("ANALYZE django_jobs_job")
+        cursor.execute("ANALYZE django_jobs_jobevent")
+    client.force_login(superuser)
+    return client
+
+
+def job_table_scans(queries: list[dict[str, Any]]) -> Iterator[str]:
+    """The queries among these whose plan reads the job table sequentially."""
+    with connection.cursor() as cursor:
+        for query in queries:
+            sql = query["sql"]
+            statement = sql.lstrip().upper()
+            if "django_jobs_job" not in sql or statement.startswith(("EXPLAIN", "SAVEPOINT", "RELEASE")):
+                continue
+            cursor.execute("EXPLAIN (FORMAT JSON) " + sql)
+            plan = cursor.fetchone()[0]
+            plan = json.loads(plan) if isinstance(plan, str) else plan
+            if any(
+                node.get("Node Type") == "Seq Scan" and node.get("Relation Name") == "django_jobs_job"
+                for node in _nodes(plan[0]["Plan"])
+            ):
+                yield sql
+
+
+def _nodes(node: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    yield node
+    for child in node.get("Plans", []):
+        yield from _nodes(child)
+
+
+def answer(client: Client, path: str, data: dict[str, str], method: str = "get") -> int:
+    """Make the request; fail on a 500 or on a query that scans the job table."""
+    with CaptureQueriesContext(connection) as queries:
+        response = getattr(client, method)(path, data)
+    assert response.status_code in ANSWERS, response.status_code
+    scans = list(job_table_scans(queries.captured_queries))
+    assert not scans, scans
+    return int(response.status_code)
+
+
+def test_the_list_answers_any_parameters(crowded: Client) -> None:
+    @FUZZ
+    @given(params=list_parameters, unknown=unknown_parameters)
+    def fuzz(params: dict[str, str], unknown: dict[str, str]) -> None:
+        answer(crowded, LIST, {**unknown, **params})
+
+    fuzz()
+    # The realistic combinations, each at least once, whatever Hypothesis chose.
+    for status in JobStatus.values:
+        for queue in QUEUES[:2]:
+            assert answer(crowded, LIST, {"status": status, "queue": queue}) == 200
+    for code in CODES:
+        assert answer(crowded, LIST, {"failed_code": code, "type": TYPES[0]}) == 200
+    assert answer(crowded, LIST, {"attention": "stale", "p": "2"}) in (200, 302)
+    assert answer(crowded, LIST, {"p": "200"}) == 200  # the deepest page
+
+
+def test_the_job_page_answers_any_parameters(crowded: Client) -> None:
+    some_id = _an_id(JobStatus.FAILED)
+
+    @FUZZ
+    @given(object_id=st.one_of(st.just(str(some_id)), odd_text), before=st.one_of(st.none(), odd_text))
+    def fuzz(object_id: str, before: str | None) -> None:
+        params = {} if before is None else {"events_before": before}
+        answer(crowded, f"{LIST}{quote(object_id, safe='')}/change/", params)
+
+    fuzz()
+
+
+def test_actions_answer_any_parameters(crowded: Client) -> None:
+    real = [_an_id(status) for status in (JobStatus.FAILED, JobStatus.PENDING, JobStatus.NEEDS_REVIEW)]
+    ids = st.one_of(
+        odd_text,
+        st.lists(st.one_of(st.sampled_from(real), st.integers(-(10**20), 10**20)), max_size=5).map(
+            lambda values: ",".join(map(str, values))
+        ),
+    )
+    names = st.one_of(st.sampled_from(list(ACTIONS)), odd_text.filter(lambda t: t and "/" not in t))
+
+    @FUZZ
+    @given(action=names, ids=ids, post=st.booleans(), reason=odd_text)
+    def fuzz(action: str, ids: str, post: bool, reason: str) -> None:
+        url = f"{LIST}act/{quote(action, safe='')}/"
+        if post:
+            answer(crowded, url, {"ids": ids, "reason": reason}, method="post")
+        else:
+            answer(crowded, url, {"ids": ids})
+
+    fuzz()
+
+
+def _an_id(status: str) -> int:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT id FROM django_jobs_job WHERE status = %s ORDER BY id DESC LIMIT 1", [status])
+        return int(cursor.fetchone()[0])
+
+
+def test_the_scan_detector_sees_a_scan(crowded: Client) -> None:
+    """The guard above is only worth something if it can fail."""
+    scan = {"sql": "SELECT count(*) FROM django_jobs_job WHERE payload @> '{\"n\": 7}'"}
+    lookup = {"sql": "SELECT id FROM django_jobs_job WHERE id = 7"}
+    assert list(job_table_scans([scan, lookup])) == [scan["sql"]]
