@@ -66,6 +66,18 @@ SELECT id, 'retry_scheduled', 'running', 'pending', a, last_error_code, last_err
        now() - make_interval(secs => a * 60)
 FROM django_jobs_job, generate_series(1, 4) AS a WHERE status = 'failed'
 """
+# The heavy cases: one failed job retried by hand 10,000 times (its history), and the newest 50
+# jobs carrying the largest payload enqueue accepts (the first page of the list).
+CHATTY = """
+INSERT INTO django_jobs_jobevent (job_id, kind, from_status, to_status, attempt, actor, reason, created_at)
+SELECT (SELECT max(id) FROM django_jobs_job WHERE status = 'failed'), 'manual_retry', 'failed', 'pending',
+       0, 'bench-chatty', 'retried by hand, #' || n, now() - make_interval(secs => 10000 - n)
+FROM generate_series(1, 10000) AS n
+"""
+HEAVY = """
+UPDATE django_jobs_job SET payload = jsonb_build_object('blob', repeat(md5(id::text), 8192))
+WHERE id > (SELECT max(id) - 50 FROM django_jobs_job)
+"""
 
 
 def prepare(rows: int) -> None:
@@ -83,11 +95,15 @@ def prepare(rows: int) -> None:
     with connection.cursor() as cursor:
         cursor.execute("SELECT count(*) FROM django_jobs_job")
         if cursor.fetchone()[0] == rows:
-            return
+            cursor.execute("SELECT 1 FROM django_jobs_jobevent WHERE actor = 'bench-chatty' LIMIT 1")
+            if cursor.fetchone():
+                return
         started = time.perf_counter()
         cursor.execute("TRUNCATE django_jobs_job, django_jobs_jobevent")
         cursor.execute(FILL, {"rows": rows})
         cursor.execute(EVENTS)
+        cursor.execute(CHATTY)
+        cursor.execute(HEAVY)
         cursor.execute("VACUUM ANALYZE django_jobs_job")
         cursor.execute("VACUUM ANALYZE django_jobs_jobevent")
         print(f"filled {rows:,} jobs in {time.perf_counter() - started:.0f} s")
@@ -105,7 +121,7 @@ def main() -> None:
     from django.test import Client
     from django.test.utils import CaptureQueriesContext, setup_test_environment
 
-    from django_jobs.models import Job
+    from django_jobs.models import Job, JobEvent
 
     setup_test_environment()
     user = User.objects.filter(username="bench").first() or User.objects.create_superuser(
@@ -120,6 +136,13 @@ def main() -> None:
         .values_list("unique_key", flat=True)
         .first()
     )
+    chatty = (
+        Job.objects.filter(events__actor="bench-chatty").values_list("id", flat=True).first()
+    )
+    middle = JobEvent.objects.filter(job_id=chatty).order_by("id").values_list("id", flat=True)[5000]
+    thousand = ",".join(
+        map(str, Job.objects.filter(status="failed").order_by("-id").values_list("id", flat=True)[:1000])
+    )
     pages = {
         "list, no filter": "/admin/django_jobs/job/",
         "list, page 200": "/admin/django_jobs/job/?p=200",
@@ -127,11 +150,16 @@ def main() -> None:
         "list, status=pending, queue=emails": "/admin/django_jobs/job/?status=pending&queue=emails",
         "list, type=crm.sync": "/admin/django_jobs/job/?type=crm.sync",
         "list, error code LEASE_LOST": "/admin/django_jobs/job/?error_code=LEASE_LOST",
+        "list, failed now with PROVIDER_5XX": "/admin/django_jobs/job/?failed_code=PROVIDER_5XX",
         "list, stale running": "/admin/django_jobs/job/?attention=stale",
         "list, needs review": "/admin/django_jobs/job/?attention=review",
         "search by id": f"/admin/django_jobs/job/?q={failed}",
         "search by unique key": f"/admin/django_jobs/job/?q={keyed}",
         "detail of a failed job": f"/admin/django_jobs/job/{failed}/change/",
+        "detail, 10,000 events": f"/admin/django_jobs/job/{chatty}/change/",
+        "detail, 10,000 events, older page": f"/admin/django_jobs/job/{chatty}/change/?events_before="
+        f"{middle}",
+        "retry confirmation, 1,000 jobs": f"/admin/django_jobs/job/act/retry/?ids={thousand}",
         "dashboard": "/admin/django_jobs/job/dashboard/",
     }
     print(f"{Job.objects.count():,} jobs; {args.reps} requests per page after one warm-up")

@@ -15,7 +15,8 @@ from __future__ import annotations
 import datetime as dt
 import json
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -608,31 +609,19 @@ class JobChangeList(ChangeList):
         return super().get_queryset(request, *args, **kwargs).only(*LIST_COLUMNS)
 
 
-def _audited_transaction() -> Any:
-    """One transaction for an action's transition, its event and the admin's log entry: a crash
-    between them leaves both or neither. (The two are only atomic together when the job tables
-    and ``LogEntry`` share a database, which is how ``DJANGO_JOBS["DATABASE"]`` is meant.)"""
+@contextmanager
+def _audited_transaction() -> Iterator[None]:
+    """One transaction for an action's transition, its event and the admin's log entry: a
+    crash between them leaves all or none. (All are atomic together when the job tables and
+    ``LogEntry`` share a database, which is how ``DJANGO_JOBS["DATABASE"]`` is meant.)"""
     from django.contrib.admin.models import LogEntry
 
     jobs_alias, log_alias = jobs_settings.DATABASE, router.db_for_write(LogEntry)
-    if jobs_alias == log_alias:
-        return transaction.atomic(using=jobs_alias)
-    return _nested(transaction.atomic(using=jobs_alias), transaction.atomic(using=log_alias))
-
-
-class _nested:
-    def __init__(self, *managers: Any) -> None:
-        self._managers = managers
-
-    def __enter__(self) -> None:
-        for manager in self._managers:
-            manager.__enter__()
-
-    def __exit__(self, *exc_info: Any) -> bool:
-        suppressed = False
-        for manager in reversed(self._managers):
-            suppressed = bool(manager.__exit__(*exc_info)) or suppressed
-        return suppressed
+    with ExitStack() as transactions:
+        transactions.enter_context(transaction.atomic(using=jobs_alias))
+        if log_alias != jobs_alias:
+            transactions.enter_context(transaction.atomic(using=log_alias))
+        yield
 
 
 def _reason_problem(reason: str) -> str | None:
