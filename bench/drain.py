@@ -142,8 +142,8 @@ def drain(n: int, args: argparse.Namespace, url: str) -> dict[str, Any]:
     stats = [json.loads((stats_dir / f"w{i}.json").read_text()) for i in range(args.workers)]
     cpu = (cpu1.ru_utime - cpu0.ru_utime) + (cpu1.ru_stime - cpu0.ru_stime)
     shutil.rmtree(stats_dir)
-    processed = sum(s["processed"] for s in stats)
-    assert processed == n, f"workers report {processed} processed, expected {n}"
+    executions = sum(s["executions"] for s in stats)
+    assert executions == n, f"workers report {executions} executions, expected {n}"
     result: dict[str, Any] = {
         "jobs_per_s": round(left_first / (ended - first), 1) if ended > first else None,
         "jobs_per_s_incl_startup": round(n / (ended - spawned), 1),

@@ -104,6 +104,10 @@ SELECT count(*), EXTRACT(EPOCH FROM now() - min(available_at)) FROM (
     LIMIT %s
 ) AS late
 """
+_HELD_BY = """
+SELECT worker_id, count(*) FROM django_jobs_job
+WHERE status = 'running' AND worker_id = ANY(%s) GROUP BY worker_id
+"""
 _PRUNABLE = """
 SELECT count(*), min(finished_at) FROM (
     SELECT finished_at FROM django_jobs_job
@@ -165,15 +169,24 @@ def build() -> Dashboard:
                     "oldest": oldest,
                 }
             )
+        live = list(LiveWorker.objects.using(jobs_settings.DATABASE).order_by("hostname", "pid"))
+        # A silent worker's own last report says what it held then; once the reaper recovered
+        # its jobs it holds nothing, whatever it last said. Count what it still holds.
+        cursor.execute(_HELD_BY, [[w.worker_id for w in live]])
+        held_by = dict(cursor.fetchall())
     executions = finished + retries
-    workers = [
-        {
-            "worker": w,
-            "silent_seconds": (now - w.last_seen_at).total_seconds(),
-            "silent": (now - w.last_seen_at).total_seconds() > 3 * jobs_settings.HEARTBEAT_INTERVAL,
-        }
-        for w in LiveWorker.objects.using(jobs_settings.DATABASE).order_by("hostname", "pid")
-    ]
+    workers = []
+    for w in live:
+        silent_seconds = (now - w.last_seen_at).total_seconds()
+        silent = silent_seconds > 3 * jobs_settings.HEARTBEAT_INTERVAL
+        workers.append(
+            {
+                "worker": w,
+                "silent_seconds": silent_seconds,
+                "silent": silent,
+                "holding": held_by.get(w.worker_id, 0) if silent else w.running,
+            }
+        )
     board = Dashboard(
         queues=sorted(queues.values(), key=lambda q: q.queue),
         throughput=throughput,

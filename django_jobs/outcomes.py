@@ -44,6 +44,8 @@ def outcome_for(finished: Finished, cancel_requested: bool = False, rng: Random 
     assert finished.happened is not None, "a lost execution has nothing to write"
     if finished.happened is Happened.COMPLETED:
         # The attempt is counted by the write itself if no heartbeat recorded its start.
+        if logger.isEnabledFor(logging.DEBUG):  # runjobs -v 2: every job, one line each
+            _log(finished, SUCCESS.status, None, 0.0)
         return Outcome(claim.id, claim.execution_id, SUCCESS.status, ran_for=finished.ran_for)
     # A job given back unstarted keeps the error of its last real attempt (reconcile reads it).
     unstarted = finished.happened is Happened.NOT_STARTED
@@ -168,6 +170,11 @@ def _number(value: object) -> float | None:
 def _log(finished: Finished, status: str, code: str | None, delay: float) -> None:
     claim = finished.claim
     if status == JobStatus.COMPLETED:
+        if logger.isEnabledFor(logging.DEBUG):
+            logger.debug(
+                "job completed id=%s type=%s attempt=%s/%s ran=%.3fs",
+                claim.id, claim.type, claim.attempt, claim.max_attempts, finished.ran_for or 0.0,
+            )  # fmt: skip
         return
     args = (claim.id, claim.type, claim.attempt, claim.max_attempts, code)
     if finished.happened in (Happened.NOT_STARTED, Happened.OUTAGE):

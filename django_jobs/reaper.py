@@ -152,13 +152,17 @@ class ReaperLoop(threading.Thread):
                 interval = self._interval or jobs_settings.REAPER_INTERVAL
                 if self._stop_event.wait(interval * random.uniform(0.8, 1.2)):
                     return
-                try:
-                    run_once()
-                    self.passes += 1
-                except DATABASE_UNAVAILABLE as exc:
-                    logger.warning("reaper pass failed, retrying next interval: %s", type(exc).__name__)
-                    connections[jobs_settings.DATABASE].close()
-                except Exception:
-                    logger.exception("reaper pass failed, retrying next interval")
+                self.run_now()
         finally:
             connections.close_all()
+
+    def run_now(self) -> None:
+        """One pass, on the calling thread; a failure is logged, never raised."""
+        try:
+            run_once()
+            self.passes += 1
+        except DATABASE_UNAVAILABLE as exc:
+            logger.warning("reaper pass failed, retrying next interval: %s", type(exc).__name__)
+            connections[jobs_settings.DATABASE].close()
+        except Exception:
+            logger.exception("reaper pass failed, retrying next interval")

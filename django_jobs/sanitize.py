@@ -18,6 +18,9 @@ _SECRET_NAME = (
     r"|private[_-]?key|client[_-]?secret|session(?:id)?|csrf|signature|credential|auth)[\w-]*)"
 )
 
+# The same names as people write them in sentences.
+_PROSE_NAME = r"pass(?:word|phrase|wd)|pwd|secret|token|api[ _-]?key|apikey|access[ _-]?key|credentials?"
+
 _PATTERNS: tuple[tuple[re.Pattern[str], str], ...] = (
     # Authorization / Cookie / API key headers, up to the end of the line.
     (
@@ -57,6 +60,21 @@ _PATTERNS: tuple[tuple[re.Pattern[str], str], ...] = (
     (
         re.compile(r"(?i)(?<![\w-])(" + _SECRET_NAME + r")(\s*=\s*)([\"']).*?(?<!\\)\3"),
         r"\1\2\3" + REDACTED + r"\3",
+    ),
+    # Secrets in prose: "with password 'hunter2'", 'the token was "abc"' (any quoted value)...
+    (
+        re.compile(r"(?i)\b(" + _PROSE_NAME + r")(\s+(?:is|was|of|=|:)?\s*)([\"'`])(?!\s).{1,200}?(?<!\\)\3"),
+        r"\1\2\3" + REDACTED + r"\3",
+    ),
+    # ...and "the password is hunter2", "using token abc123": an unquoted word right after the
+    # name counts only if it has a digit or a symbol in it, so "password reset failed",
+    # "token expired" and "the password is incorrect" are left as they are.
+    (
+        re.compile(
+            r"(?i)\b(" + _PROSE_NAME + r")(\s+(?:(?:is|was|of)\s+)?)"
+            r"(?=[A-Za-z]*[0-9!@#$%^&*+=~_-])[^\s,;'\"`)\]}]{4,}"
+        ),
+        r"\1\2" + REDACTED,
     ),
     # Well-known token shapes that need no name around them.
     (re.compile(r"\beyJ[A-Za-z0-9_-]{5,}\.[A-Za-z0-9_-]{5,}\.[A-Za-z0-9_-]{5,}"), REDACTED),  # JWT

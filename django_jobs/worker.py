@@ -33,10 +33,11 @@ from dataclasses import dataclass, field
 from types import FrameType
 from typing import Any
 
+from django.conf import settings
 from django.db import Error as DatabaseError  # every database error, InterfaceError included
 from django.db import connections
 
-from django_jobs import outcomes, transitions
+from django_jobs import logs, outcomes, transitions
 from django_jobs.conf import jobs_settings
 from django_jobs.context import Lease
 from django_jobs.decision import Happened
@@ -57,6 +58,13 @@ _DB_RETRY_FIRST, _DB_RETRY_MAX = 0.1, 5.0
 EXIT_MARGIN = 2.0
 #: Where handlers run: threads of the worker, or child processes it can kill (process_pool.py).
 POOLS = ("thread", "process")
+#: A busy worker logs what it did this often (seconds).
+SUMMARY_INTERVAL = 60.0
+#: Outcome statuses as the summaries name them: a job back to pending was retried.
+_OUTCOME_NAMES = {"pending": "retried", "needs_review": "parked for review"}
+#: Statuses that end a job: an execution that wrote one of these finished its job.
+_FINAL = ("completed", "failed", "skipped", "cancelled", "needs_review")
+_SUMMARY_ORDER = ("completed", "pending", "failed", "needs_review", "skipped", "cancelled")
 
 
 def make_worker_id() -> str:
@@ -78,8 +86,32 @@ class WorkerStats:
     first_claim_at: float | None = None
     last_outcome_at: float | None = None
 
+    @property
+    def executions(self) -> int:
+        """Executions whose outcome this worker wrote (a job retried twice counts three)."""
+        return sum(self.outcomes.values())
+
+    @property
+    def jobs_finished(self) -> int:
+        """Jobs this worker brought to an end: completed, failed, skipped, cancelled or parked."""
+        return sum(self.outcomes[status] for status in _FINAL)
+
+    def describe(self, outcomes: collections.Counter[str] | None = None) -> str:
+        """``8 executions: 3 completed, 4 retried, 1 failed (4 jobs finished)`` and the rest."""
+        outcomes = self.outcomes if outcomes is None else outcomes
+        executions = sum(outcomes.values())
+        order = [*_SUMMARY_ORDER, *sorted(set(outcomes) - set(_SUMMARY_ORDER))]
+        parts = ", ".join(
+            f"{outcomes[status]} {_OUTCOME_NAMES.get(status, status)}" for status in order if outcomes[status]
+        )
+        finished = sum(outcomes[status] for status in _FINAL)
+        text = f"{executions} execution{'s' if executions != 1 else ''}"
+        if parts:
+            text += f": {parts} ({finished} job{'s' if finished != 1 else ''} finished)"
+        return text
+
     def summary(self) -> dict[str, Any]:
-        processed = sum(self.outcomes.values())
+        processed = self.executions
         busy = (self.last_outcome_at or 0) - (self.first_claim_at or 0)
         timings = sorted(self.claim_seconds)
 
@@ -89,7 +121,8 @@ class WorkerStats:
             return round(1000 * timings[min(len(timings) - 1, int(p * len(timings)))], 3)
 
         return {
-            "processed": processed,
+            "executions": processed,
+            "jobs_finished": self.jobs_finished,
             "outcomes": dict(self.outcomes),
             "lost_leases": self.lost,
             "released": self.released,
@@ -122,6 +155,7 @@ class Worker:
         pool: str = "thread",
         max_jobs_per_child: int = 1000,
         max_child_memory_mb: float | None = None,
+        until_settled: bool = False,
     ) -> None:
         if concurrency < 1:
             raise ValueError("concurrency must be >= 1")
@@ -131,6 +165,11 @@ class Worker:
         self.queues = list(dict.fromkeys(queues or []))  # deduplicated, order kept
         self.concurrency = concurrency
         self.burst = burst
+        #: Like ``burst``, but waits out retry backoffs: stops once no job of the types and
+        #: queues it serves is pending or running.
+        self.until_settled = until_settled
+        #: Why the worker stopped (or is stopping), in words, for the logs.
+        self.stop_reason: str | None = None
         self.grace = grace
         self.batch_size = max(1, batch_size or jobs_settings.BATCH_SIZE)
         self.handle_signals = handle_signals
@@ -163,6 +202,7 @@ class Worker:
         self._closed = threading.Event()  # shutdown is over: nobody flushes outcomes any more
         self._abort = threading.Event()  # second signal or grace over: stop waiting
         self._signals = 0  # SIGTERM / SIGINT received, counted by the handler
+        self._signal_name = "a signal"
         self._avg_duration: float | None = None  # EWMA of handler run time, seconds
         self._outage_until = 0.0  # no claims before this (monotonic): the database refused us
         self._outage_wait = _DB_RETRY_FIRST
@@ -176,6 +216,8 @@ class Worker:
             else ExecutorPool(concurrency, self._execute, self._record)
         )
         self._reaper = ReaperLoop(stop=self._stopping) if reap else None
+        self._summary_at = time.monotonic() + SUMMARY_INTERVAL
+        self._summarised: collections.Counter[str] = collections.Counter()
 
     # ---- public -----------------------------------------------------------------------------
 
@@ -183,26 +225,41 @@ class Worker:
         """Work until stopped (or, with ``burst``, until nothing is claimable). Returns 0."""
         self._install_signal_handlers()
         self._pool.start()
-        logger.info(
-            "worker started id=%s queues=%s concurrency=%s pool=%s types=%s",
-            self.worker_id,
-            ",".join(self.queues) or "*",
-            self.concurrency,
-            self.pool,
-            len(self.job_types),
-        )
+        self._log_start()
         self._heartbeat.start()
         if self._reaper is not None:
+            # Jobs of a worker that was killed (often this one's predecessor, restarted by the
+            # process manager) come back now that their leases expired, not a reaper interval
+            # later.
+            self._reaper.run_now()
             self._reaper.start()
         try:
             self._main_loop()
         finally:
             self._shutdown()
-        logger.info("worker stopped id=%s summary=%s", self.worker_id, self.stats.summary())
+        logger.info(
+            "worker stopped id=%s: %s; %s lease(s) lost, %s prefetched job(s) given back",
+            self.worker_id, self.stats.describe(), self.stats.lost, self.stats.released,
+        )  # fmt: skip
         return 0
 
-    def stop(self, abort: bool = False) -> None:
+    def _log_start(self) -> None:
+        types = sorted(self.job_types.values(), key=lambda t: t.name)
+        listed = ", ".join(f"{t.name} v{t.version}" for t in types)
+        mode = " until settled" if self.until_settled else " in burst mode" if self.burst else ""
+        logger.info(
+            "worker started%s id=%s queues=%s concurrency=%s pool=%s types=%s: %s",
+            mode, self.worker_id, ",".join(self.queues) or "all", self.concurrency, self.pool,
+            len(types), listed or "none",
+        )  # fmt: skip
+        changed = logs.changed_settings(getattr(settings, "DJANGO_JOBS", {}) or {})
+        if changed:
+            logger.info("settings that differ from the defaults: %s", ", ".join(changed))
+
+    def stop(self, abort: bool = False, reason: str = "asked to stop") -> None:
         """Ask the worker to stop claiming (and, with ``abort``, to stop waiting for its jobs)."""
+        if self.stop_reason is None:
+            self.stop_reason = reason
         if self._stopping.is_set() or abort:
             self._abort.set()
         self._stopping.set()
@@ -231,13 +288,39 @@ class Worker:
             with self._lock:
                 unwritten = bool(self._finished)
             settled = not buffered and not running and claimed == 0 and not unwritten
-            if self.burst and settled and time.monotonic() >= self._outage_until:
-                return
+            if settled and time.monotonic() >= self._outage_until:
+                if self.burst:
+                    self.stop_reason = "nothing left to claim (burst)"
+                    return
+                if self.until_settled and self._nothing_active():
+                    self.stop_reason = "no job pending or running (until settled)"
+                    return
+            self._log_summary_if_due()
             # Slots wake this thread when they run low on claimed jobs; otherwise there is
             # nothing to do before the next flush, or the next poll of an empty queue.
             wait = jobs_settings.OUTCOME_FLUSH_INTERVAL if unwritten else jobs_settings.POLL_INTERVAL
             outage_left = self._outage_until - time.monotonic()
             self._wake.wait(min(wait, outage_left) if outage_left > 0 else wait)
+
+    def _nothing_active(self) -> bool:
+        """No job this worker could ever run is pending (now or later) or running."""
+        return not transitions.any_active(types=list(self.job_types), queues=self.queues)
+
+    def _log_summary_if_due(self) -> None:
+        now = time.monotonic()
+        if now < self._summary_at:
+            return
+        since = self.stats.outcomes - self._summarised
+        self._summarised = collections.Counter(self.stats.outcomes)
+        elapsed = SUMMARY_INTERVAL + (now - self._summary_at)
+        self._summary_at = now + SUMMARY_INTERVAL
+        if not since:
+            return  # an idle worker stays quiet
+        buffered, running, _ = self._pool.counts()
+        logger.info(
+            "last %.0fs: %s, %.1f/s; holding %s", elapsed, self.stats.describe(since),
+            sum(since.values()) / elapsed, buffered + running,
+        )  # fmt: skip
 
     def _claim_if_room(self) -> int:
         if self._stopping.is_set() or time.monotonic() < self._outage_until:
@@ -407,6 +490,11 @@ class Worker:
         self._stopping.set()
         self._pool.stop()
         self._give_back(self._pool.take_buffered())
+        _, running, _ = self._pool.counts()
+        logger.info(
+            "worker stopping id=%s: %s%s", self.worker_id, self.stop_reason or "asked to stop",
+            f"; {running} running job(s) get {self.grace:g}s to finish" if running else "",
+        )  # fmt: skip
         deadline = time.monotonic() + self.grace
         interrupted = False
         while True:
@@ -463,7 +551,7 @@ class Worker:
             concurrency=self.concurrency,
             running=buffered + running,
             # dict.copy is one C call: safe while the main thread counts a new kind of outcome.
-            processed=sum(dict.copy(self.stats.outcomes).values()),
+            processed=sum(dict.copy(self.stats.outcomes).values()),  # executions
         )
 
     def _flush_patiently(self, until: float | None = None) -> None:
@@ -488,7 +576,7 @@ class Worker:
     def _act_on_signals(self) -> None:
         """Stop as the signals received so far ask: the first drains, the second aborts."""
         if self._signals and not self._stopping.is_set():
-            self.stop()
+            self.stop(reason=f"{self._signal_name} received")
         if self._signals > 1 and not self._abort.is_set():
             self.stop(abort=True)
 
@@ -501,6 +589,7 @@ class Worker:
             # bytecodes, perhaps while it holds the very lock (an Event's, say): it would wait
             # for itself forever. The main thread acts on the count at its next turn.
             self._signals += 1
+            self._signal_name = signal.Signals(signum).name
             logger.info(
                 "%s received: %s",
                 signal.Signals(signum).name,

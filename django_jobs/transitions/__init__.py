@@ -35,7 +35,7 @@ from django_jobs.transitions.operator import (
     resolve,
 )
 from django_jobs.transitions.recovery import Expired, Recovery, prune, recover_expired
-from django_jobs.transitions.workers import forget_worker, report_worker
+from django_jobs.transitions.workers import any_active, forget_worker, report_worker
 
 __all__ = [
     "RETRYABLE_BY_OPERATOR",
@@ -47,6 +47,7 @@ __all__ = [
     "Expired",
     "Outcome",
     "Recovery",
+    "any_active",
     "cancel",
     "cancel_requested_among",
     "claim",

@@ -73,7 +73,8 @@ WITH old AS (
     UPDATE django_jobs_job j SET
         status = 'pending', attempts = 0, available_at = now(), finished_at = NULL,
         cancel_requested_at = NULL, worker_id = NULL, execution_id = NULL, heartbeat_at = NULL,
-        lease_expires_at = NULL, manual_retries = j.manual_retries + 1, retried_by = %(actor)s,
+        lease_expires_at = NULL, failed_at = NULL, completed_at = NULL,
+        manual_retries = j.manual_retries + 1, retried_by = %(actor)s,
         retried_at = now()
     FROM old WHERE j.id = old.id AND j.status = old.status
     RETURNING j.id, old.status, old.attempts, j.manual_retries

@@ -1,4 +1,4 @@
-"""Worker processes report themselves alive, for the dashboard."""
+"""Worker processes report themselves alive, for the dashboard; and what is left to do."""
 
 from __future__ import annotations
 
@@ -27,3 +27,15 @@ def report_worker(**fields: Any) -> None:
 def forget_worker(worker_id: str) -> None:
     with connections[jobs_settings.DATABASE].cursor() as cursor:
         cursor.execute("DELETE FROM django_jobs_liveworker WHERE worker_id = %s", [worker_id])
+
+
+def any_active(*, types: list[str], queues: list[str]) -> bool:
+    """Whether a job of these types (in these queues; empty: any) is pending or running."""
+    sql = "SELECT 1 FROM django_jobs_job WHERE status IN ('pending', 'running') AND type = ANY(%s)"
+    params: list[Any] = [types]
+    if queues:
+        sql += " AND queue = ANY(%s)"
+        params.append(queues)
+    with connections[jobs_settings.DATABASE].cursor() as cursor:
+        cursor.execute(sql + " LIMIT 1", params)
+        return cursor.fetchone() is not None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Callable
 
 import pytest
@@ -10,9 +11,10 @@ from django.contrib.auth.models import User
 from django.db import connection
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
 
 from django_jobs.admin import ACTIONS, EXACT_COUNT_LIMIT
-from django_jobs.models import Job, JobEvent
+from django_jobs.models import Job, JobEvent, LiveWorker
 from django_jobs.states import EventKind, JobStatus
 from tests.admin.console import DASHBOARD, LIST, act_url, staff
 from tests.factories import JobFactory
@@ -338,3 +340,29 @@ def test_search_with_odd_digits_gives_a_page(
     term: str, login: Callable[[User | None], Client], superuser: User
 ) -> None:
     assert login(superuser).get(LIST, {"q": term}).status_code == 200
+
+
+def test_a_silent_worker_holds_only_what_is_still_running_in_its_name(
+    login: Callable[[User | None], Client], superuser: User
+) -> None:
+    long_ago = timezone.now() - dt.timedelta(minutes=10)
+    for worker_id in ("web-1:1:dead", "web-2:2:dead"):
+        LiveWorker.objects.create(
+            worker_id=worker_id, hostname=worker_id[:5], pid=1, queues="", concurrency=4, running=1,
+            processed=10, started_at=long_ago, last_seen_at=long_ago,
+        )  # fmt: skip
+    JobFactory(running_stale=True, worker_id="web-2:2:dead")  # not recovered yet
+    JobFactory(completed=True, worker_id="web-1:1:dead")  # recovered and completed elsewhere
+    workers = {w["worker"].worker_id: w for w in login(superuser).get(DASHBOARD).context["board"].workers}
+    # Each reported "holding 1" before it went silent.
+    assert (workers["web-1:1:dead"]["holding"], workers["web-2:2:dead"]["holding"]) == (0, 1)
+
+
+def test_a_retried_job_forgets_when_it_failed(
+    login: Callable[[User | None], Client], superuser: User
+) -> None:
+    job = JobFactory(failed=True)
+    login(superuser).post(act_url("retry", job.id), {"ids": str(job.id), "reason": "fixed"})
+    job.refresh_from_db()
+    assert (job.status, job.failed_at, job.finished_at) == (JobStatus.PENDING, None, None)
+    assert JobEvent.objects.filter(job=job, kind=EventKind.MANUAL_RETRY).exists()  # the history keeps it

@@ -28,6 +28,15 @@ SECRETS = [
         "dozjgNryP4J3",
     ),
     ("-----BEGIN RSA PRIVATE KEY-----\nMIIEow\n-----END RSA PRIVATE KEY-----", "MIIEow"),
+    # In prose, as people and libraries write it.
+    ("login failed for bob with password 'hunter2'", "hunter2"),
+    ('the password is "correct horse battery staple"', "correct horse battery staple"),
+    ("the password is hunter2, try again", "hunter2"),
+    ("rejected: Password was Tr0ub4dor&3", "Tr0ub4dor&3"),
+    ("request sent using token abc123def456", "abc123def456"),
+    ("API key 9f8e7d6c5b4a is revoked", "9f8e7d6c5b4a"),
+    ("the secret `s3cr3t-v4lue` leaked", "s3cr3t-v4lue"),
+    ("invalid credentials 'bob:pa55'", "bob:pa55"),
 ]
 
 
@@ -45,6 +54,15 @@ def test_secrets_are_redacted(text: str, secret: str) -> None:
         "ZeroDivisionError: division by zero",
         "user_id=42 status=failed attempts=3/5",
         'File "/app/jobs.py", line 12, in handler',
+        # Words next to a secret's name that are not secrets.
+        "password reset failed for user 42",
+        "invalid token",
+        "token expired at 12:00",
+        "the password is incorrect.",
+        "the password must have 8 characters",
+        "3 passwords changed; secret santa list sent",
+        "API key missing from the request",
+        "could not refresh the access token (provider answered 503)",
     ],
 )
 def test_ordinary_diagnostics_are_kept(text: str) -> None:

@@ -8,8 +8,14 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
 
+from django_jobs import logs
 from django_jobs.registry import QUEUE_RE, registry
 from django_jobs.worker import POOLS, Worker
+
+#: Each execution slot holds a database connection (and a thread or a process) for the life of
+#: the worker; PostgreSQL's max_connections is 100 by default. More throughput comes from more
+#: worker processes, on more machines, not from one worker with thousands of slots.
+MAX_CONCURRENCY = 256
 
 
 def positive_int(value: str) -> int:
@@ -19,6 +25,16 @@ def positive_int(value: str) -> int:
         raise argparse.ArgumentTypeError(f"{value!r} is not an integer") from None
     if number < 1:
         raise argparse.ArgumentTypeError(f"{value!r} must be >= 1")
+    return number
+
+
+def concurrency(value: str) -> int:
+    number = positive_int(value)
+    if number > MAX_CONCURRENCY:
+        raise argparse.ArgumentTypeError(
+            f"{value} is more than {MAX_CONCURRENCY}: each slot holds its own database connection "
+            "(PostgreSQL allows 100 by default); run more workers instead"
+        )
     return number
 
 
@@ -53,10 +69,11 @@ class Command(BaseCommand):
         )
         parser.add_argument(
             "--concurrency",
-            type=positive_int,
+            type=concurrency,
             default=1,
             metavar="N",
-            help="Jobs run at once, each on its own thread and database connection. Default: 1.",
+            help="Jobs run at once, each on its own thread and database connection "
+            f"(1 to {MAX_CONCURRENCY}). Default: 1.",
         )
         parser.add_argument(
             "--pool",
@@ -79,8 +96,15 @@ class Command(BaseCommand):
             metavar="MB",
             help="With --pool process: replace a child once its peak memory passes MB megabytes.",
         )
-        parser.add_argument(
+        stop_when = parser.add_mutually_exclusive_group()
+        stop_when.add_argument(
             "--burst", action="store_true", help="Exit once nothing is claimable and all is written."
+        )
+        stop_when.add_argument(
+            "--until-settled",
+            action="store_true",
+            help="Exit once no job of the served types and queues is pending or running, waiting "
+            "out retry backoffs (smoke tests, one-off scripts).",
         )
         parser.add_argument(
             "--grace",
@@ -109,12 +133,14 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
+        logs.install_console_handler(options["verbosity"])
         if not registry.names():
             raise CommandError("no job types are registered: is the app with your jobs.py installed?")
         worker = Worker(
             queues=options["queues"],
             concurrency=options["concurrency"],
             burst=options["burst"],
+            until_settled=options["until_settled"],
             grace=options["grace"],
             batch_size=options["batch_size"],
             handle_signals=True,
@@ -131,8 +157,9 @@ class Command(BaseCommand):
                 json.dump(summary, f)
         if options["verbosity"] >= 1:
             self.stdout.write(
-                f"worker {worker.worker_id} stopped: {summary['processed']} processed "
-                f"{summary['outcomes']}, {summary['lost_leases']} lost, {summary['released']} released"
+                f"worker {worker.worker_id} stopped ({worker.stop_reason or 'asked to stop'}): "
+                f"{worker.stats.describe()}; {summary['lost_leases']} lease(s) lost, "
+                f"{summary['released']} prefetched job(s) given back"
             )
         if worker.abandoned:
             # Handlers still run on threads past the grace period; their leases were cut to
