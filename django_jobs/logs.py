@@ -18,6 +18,8 @@ The loggers, all under ``django_jobs``:
 
 from __future__ import annotations
 
+import datetime as dt
+import json
 import logging
 import sys
 from typing import Any
@@ -61,3 +63,21 @@ def changed_settings(user: dict[str, Any]) -> list[str]:
         for key in sorted(user)
         if key in DEFAULTS and user[key] != DEFAULTS[key]
     ]
+
+
+class JSONFormatter(logging.Formatter):
+    """One JSON object per line: time, level, logger, message (and the exception, if any).
+
+    ``"formatters": {"json": {"()": "django_jobs.logs.JSONFormatter"}}`` in ``LOGGING``.
+    """
+
+    def format(self, record: logging.LogRecord) -> str:
+        entry: dict[str, Any] = {
+            "time": dt.datetime.fromtimestamp(record.created, dt.UTC).isoformat(timespec="milliseconds"),
+            "level": record.levelname,
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        if record.exc_info:
+            entry["exception"] = self.formatException(record.exc_info)
+        return json.dumps(entry, ensure_ascii=False)
