@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Sequence
 from typing import Any
@@ -12,6 +13,7 @@ from django.core.checks import CheckMessage, Error, Tags, Warning, register
 from django.db import connections
 
 from django_jobs.conf import DEFAULTS
+from django_jobs.registry import QUEUE_RE
 
 _POSITIVE_NUMBERS = (
     "POLL_INTERVAL",
@@ -48,9 +50,10 @@ def check_settings(app_configs: Sequence[AppConfig] | None = None, **kwargs: Any
             )
         )
     for key in _POSITIVE_NUMBERS:
-        value = user.get(key, DEFAULTS[key])
-        if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
-            errors.append(Error(f"DJANGO_JOBS[{key!r}] must be a number > 0.", id="django_jobs.E003"))
+        if not _positive_number(user.get(key, DEFAULTS[key])):
+            errors.append(
+                Error(f"DJANGO_JOBS[{key!r}] must be a finite number > 0 (seconds).", id="django_jobs.E003")
+            )
     for key in _POSITIVE_INTEGERS:
         value = user.get(key, DEFAULTS[key])
         if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
@@ -69,6 +72,48 @@ def check_settings(app_configs: Sequence[AppConfig] | None = None, **kwargs: Any
             )
         )
     errors.extend(_check_patterns(user.get("SENSITIVE_PAYLOAD_KEYS", DEFAULTS["SENSITIVE_PAYLOAD_KEYS"])))
+    errors.extend(_check_retention(user.get("RETENTION", DEFAULTS["RETENTION"])))
+    queue = user.get("DEFAULT_QUEUE", DEFAULTS["DEFAULT_QUEUE"])
+    if not isinstance(queue, str) or not QUEUE_RE.match(queue):
+        errors.append(
+            Error(
+                f"DJANGO_JOBS['DEFAULT_QUEUE'] is {queue!r}, not a queue name.",
+                hint="Letters, digits and _ . : -, at most 100 characters.",
+                id="django_jobs.E014",
+            )
+        )
+    return errors
+
+
+def _positive_number(value: Any) -> bool:
+    """A real, finite number above zero (True is an int to Python, not a duration)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return False
+    return math.isfinite(value) and value > 0
+
+
+def _check_retention(retention: Any) -> list[CheckMessage]:
+    """Retention is read by the reaper, long after start-up: a typo must fail here, not there."""
+    if not isinstance(retention, dict):
+        return [Error("DJANGO_JOBS['RETENTION'] must be a dict of status → seconds.", id="django_jobs.E012")]
+    errors: list[CheckMessage] = []
+    for status, keep in retention.items():
+        if status not in DEFAULTS["RETENTION"]:
+            errors.append(
+                Error(
+                    f"DJANGO_JOBS['RETENTION'] has an unknown status {status!r}.",
+                    hint="Finished statuses that can be pruned: " + ", ".join(sorted(DEFAULTS["RETENTION"])),
+                    id="django_jobs.E012",
+                )
+            )
+        elif keep is not None and not _positive_number(keep):
+            errors.append(
+                Error(
+                    f"DJANGO_JOBS['RETENTION'][{status!r}] is {keep!r}: give seconds (a number > 0), "
+                    "or None to keep these jobs forever.",
+                    id="django_jobs.E013",
+                )
+            )
     return errors
 
 

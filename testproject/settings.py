@@ -71,6 +71,11 @@ DJANGO_JOBS = {
     }.items()
 }
 
+# Jobs in a database of their own (the system checks' tests use it).
+if env("JOBS_DATABASE_URL", default=None):
+    DATABASES["jobs"] = env.db("JOBS_DATABASE_URL")
+    DJANGO_JOBS["DATABASE"] = "jobs"
+
 # No LOGGING by default: runjobs then speaks through its own handler, as in a new project. The
 # crash tests set DJANGO_JOBS_LOG_LEVEL to read their workers' logs at a level of their choice.
 if env("DJANGO_JOBS_LOG_LEVEL", default=None):

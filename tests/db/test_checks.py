@@ -1,11 +1,20 @@
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
 from django.test import override_settings
 
-from django_jobs.checks import check_database, check_settings
+from django_jobs import job
+from django_jobs.checks import check_database, check_settings, check_upcasters
+from django_jobs.registry import registry
+from tests.process.workers import ROOT
+
+DEFAULT_URL = "postgres://postgres@127.0.0.1:5432/django_jobs"
 
 
 def ids(messages: list[Any]) -> list[str]:
@@ -14,6 +23,12 @@ def ids(messages: list[Any]) -> list[str]:
 
 def test_default_settings_pass() -> None:
     assert check_settings() == []
+
+
+def test_valid_retention_and_queue_pass() -> None:
+    good = {"RETENTION": {"completed": 3600, "failed": None, "cancelled": 0.5}, "DEFAULT_QUEUE": "emails:eu"}
+    with override_settings(DJANGO_JOBS=good):
+        assert check_settings() == []
 
 
 @pytest.mark.parametrize(
@@ -26,6 +41,18 @@ def test_default_settings_pass() -> None:
         ({"BATCH_SIZE": 2.5}, ["django_jobs.E004"]),
         ({"BACKOFF_JITTER": 2}, ["django_jobs.E005"]),
         ({"HEARTBEAT_INTERVAL": 30, "LEASE_TIMEOUT": 10}, ["django_jobs.E006"]),
+        ({"LEASE_TIMEOUT": float("inf")}, ["django_jobs.E003"]),
+        ({"POLL_INTERVAL": float("nan")}, ["django_jobs.E003"]),
+        ({"REAPER_INTERVAL": True}, ["django_jobs.E003"]),
+        ({"MAX_PAYLOAD_BYTES": -1}, ["django_jobs.E004"]),
+        ({"RETENTION": {"complete": 10}}, ["django_jobs.E012"]),  # a typo of "completed"
+        ({"RETENTION": {"needs_review": 10}}, ["django_jobs.E012"]),  # never pruned
+        ({"RETENTION": [("completed", 10)]}, ["django_jobs.E012"]),
+        ({"RETENTION": {"completed": "3 days"}}, ["django_jobs.E013"]),
+        ({"RETENTION": {"completed": -5}}, ["django_jobs.E013"]),
+        ({"RETENTION": {"failed": float("nan")}}, ["django_jobs.E013"]),
+        ({"DEFAULT_QUEUE": "my queue"}, ["django_jobs.E014"]),
+        ({"DEFAULT_QUEUE": 7}, ["django_jobs.E014"]),
         ({"SENSITIVE_PAYLOAD_KEYS": "token"}, ["django_jobs.E011"]),  # a string, not a list of them
         ({"SENSITIVE_PAYLOAD_KEYS": ["card", "(unclosed"]}, ["django_jobs.E011"]),
         ({"SENSITIVE_PAYLOAD_KEYS": [3]}, ["django_jobs.E011"]),
@@ -40,3 +67,29 @@ def test_database_checks() -> None:
     assert check_database() == []
     with override_settings(DJANGO_JOBS={"DATABASE": "nope"}):
         assert ids(check_database()) == ["django_jobs.E007"]
+
+
+def manage_check(**env: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "manage.py", "check"], cwd=ROOT, env={**os.environ, **env},
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+
+
+def test_a_database_that_is_not_postgresql_is_refused(tmp_path: Path) -> None:
+    result = manage_check(DATABASE_URL=f"sqlite:///{tmp_path / 'jobs.sqlite3'}")
+    assert result.returncode != 0 and "django_jobs.E008" in result.stderr
+
+
+def test_jobs_in_another_database_than_the_business_writes_are_a_warning() -> None:
+    result = manage_check(JOBS_DATABASE_URL=os.environ.get("DATABASE_URL", DEFAULT_URL))
+    assert result.returncode == 0, result.stderr
+    assert "django_jobs.W001" in result.stderr + result.stdout
+
+
+def test_upcasters_beyond_the_version_are_an_error() -> None:
+    job("test.upcast_beyond", version=2, upcasters={1: dict, 2: dict})(lambda ctx, payload: None)
+    try:
+        assert ids(check_upcasters()) == ["django_jobs.E010"]
+    finally:
+        registry.unregister("test.upcast_beyond")
