@@ -73,6 +73,8 @@ def check_settings(app_configs: Sequence[AppConfig] | None = None, **kwargs: Any
         )
     errors.extend(_check_patterns(user.get("SENSITIVE_PAYLOAD_KEYS", DEFAULTS["SENSITIVE_PAYLOAD_KEYS"])))
     errors.extend(_check_retention(user.get("RETENTION", DEFAULTS["RETENTION"])))
+    if not isinstance(user.get("NOTIFY", DEFAULTS["NOTIFY"]), bool):
+        errors.append(Error("DJANGO_JOBS['NOTIFY'] must be True or False.", id="django_jobs.E015"))
     queue = user.get("DEFAULT_QUEUE", DEFAULTS["DEFAULT_QUEUE"])
     if not isinstance(queue, str) or not QUEUE_RE.match(queue):
         errors.append(

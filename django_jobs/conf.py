@@ -5,8 +5,12 @@ Every key, its default and its meaning. Durations are seconds; floats are allowe
 ``DATABASE`` ("default")
     Alias of the database that holds the job tables. When it is not the alias your business
     writes use, ``enqueue()`` is no longer atomic with them (check ``django_jobs.W001``).
+``NOTIFY`` (True)
+    Workers LISTEN for new jobs and start them within milliseconds. False: polling only (every
+    ``POLL_INTERVAL``), for PgBouncer in transaction mode, which cannot hold a LISTEN.
 ``POLL_INTERVAL`` (1.0)
-    How long an idle worker waits before it looks for claimable jobs again.
+    How often a worker looks for claimable jobs when nothing wakes it: always with
+    ``NOTIFY = False``, else only while its listening connection is down.
 ``BATCH_SIZE`` (100)
     Most jobs one claim statement takes. A worker claims beyond its free execution slots only
     while jobs are short (see ``PREFETCH_SECONDS``), so long jobs are never hoarded.
@@ -51,6 +55,7 @@ DAY = 24 * 3600.0
 
 DEFAULTS: dict[str, Any] = {
     "DATABASE": "default",
+    "NOTIFY": True,
     "POLL_INTERVAL": 1.0,
     "BATCH_SIZE": 100,
     "PREFETCH_SECONDS": 0.05,
@@ -93,6 +98,10 @@ class Settings:
     @property
     def DATABASE(self) -> str:
         return str(self._get("DATABASE"))
+
+    @property
+    def NOTIFY(self) -> bool:
+        return bool(self._get("NOTIFY"))
 
     @property
     def POLL_INTERVAL(self) -> float:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import heapq
 import logging
 import os
 import signal
@@ -44,6 +45,7 @@ from django_jobs.decision import Happened
 from django_jobs.errors import DATABASE_UNAVAILABLE, ErrorCode
 from django_jobs.executor import Finished, execute
 from django_jobs.heartbeat import Heartbeat
+from django_jobs.listener import Listener
 from django_jobs.pool import ExecutorPool, Held
 from django_jobs.process_pool import ProcessPool
 from django_jobs.reaper import ReaperLoop
@@ -60,6 +62,13 @@ EXIT_MARGIN = 2.0
 POOLS = ("thread", "process")
 #: A busy worker logs what it did this often (seconds).
 SUMMARY_INTERVAL = 60.0
+#: An idle worker whose listener is up claims on notifications and at the due time of the
+#: next scheduled job; it also looks this often, in case a notification never came.
+IDLE_CHECK = 60.0
+#: A timer for a scheduled job fires this long after the job is due (the database's clock
+#: decides, and the notification left before its commit).
+_DUE_MARGIN = 0.005
+_MAX_TIMERS = 10_000
 #: Outcome statuses as the summaries name them: a job back to pending was retried.
 _OUTCOME_NAMES = {"pending": "retried", "needs_review": "parked for review"}
 #: Statuses that end a job: an execution that wrote one of these finished its job.
@@ -218,6 +227,14 @@ class Worker:
         self._reaper = ReaperLoop(stop=self._stopping) if reap else None
         self._summary_at = time.monotonic() + SUMMARY_INTERVAL
         self._summarised: collections.Counter[str] = collections.Counter()
+        # When the scheduled jobs the listener heard of are due (monotonic), earliest first.
+        self._due: list[float] = []
+        # A worker that runs until stopped listens; one that drains and exits polls.
+        self._listener = (
+            Listener(self.queues, wake=self._wake.set, due_in=self._note_due, stop=self._stopping)
+            if jobs_settings.NOTIFY and not (burst or until_settled)
+            else None
+        )
 
     # ---- public -----------------------------------------------------------------------------
 
@@ -227,6 +244,8 @@ class Worker:
         self._pool.start()
         self._log_start()
         self._heartbeat.start()
+        if self._listener is not None:
+            self._listener.start()
         if self._reaper is not None:
             # Jobs of a worker that was killed (often this one's predecessor, restarted by the
             # process manager) come back now that their leases expired, not a reaper interval
@@ -296,11 +315,39 @@ class Worker:
                     self.stop_reason = "no job pending or running (until settled)"
                     return
             self._log_summary_if_due()
-            # Slots wake this thread when they run low on claimed jobs; otherwise there is
-            # nothing to do before the next flush, or the next poll of an empty queue.
-            wait = jobs_settings.OUTCOME_FLUSH_INTERVAL if unwritten else jobs_settings.POLL_INTERVAL
-            outage_left = self._outage_until - time.monotonic()
-            self._wake.wait(min(wait, outage_left) if outage_left > 0 else wait)
+            # Slots wake this thread when they run low on claimed jobs, the listener when a job
+            # becomes pending; otherwise there is nothing to do before the next flush, the next
+            # scheduled job, or the next poll.
+            self._wake.wait(self._idle_wait(unwritten, held=bool(buffered or running)))
+
+    def _idle_wait(self, unwritten: bool, held: bool) -> float:
+        now = time.monotonic()
+        if unwritten:
+            wait = jobs_settings.OUTCOME_FLUSH_INTERVAL
+        elif held or self._listener is None or not self._listener.listening.is_set():
+            # Held jobs need their buffer and slots looked after; without a listener, polling
+            # is how new jobs are found.
+            wait = jobs_settings.POLL_INTERVAL
+        else:
+            wait = IDLE_CHECK
+        with self._lock:
+            while self._due and self._due[0] <= now:
+                heapq.heappop(self._due)  # this turn's claim took what was due
+            if self._due:
+                wait = min(wait, self._due[0] - now)
+        outage_left = self._outage_until - now
+        return min(wait, outage_left) if outage_left > 0 else wait
+
+    def _note_due(self, seconds: float) -> None:
+        """The listener heard of a job due in ``seconds``: claim then, not at the next poll."""
+        due = time.monotonic() + seconds + _DUE_MARGIN
+        with self._lock:
+            heapq.heappush(self._due, due)
+            if len(self._due) > _MAX_TIMERS:
+                # Forget the latest: IDLE_CHECK finds them. Keeping every due time of a huge
+                # schedule would cost memory for nothing.
+                self._due = heapq.nsmallest(_MAX_TIMERS // 2, self._due)
+        self._wake.set()
 
     def _nothing_active(self) -> bool:
         """No job this worker could ever run is pending (now or later) or running."""

@@ -53,6 +53,7 @@ def test_valid_retention_and_queue_pass() -> None:
         ({"RETENTION": {"failed": float("nan")}}, ["django_jobs.E013"]),
         ({"DEFAULT_QUEUE": "my queue"}, ["django_jobs.E014"]),
         ({"DEFAULT_QUEUE": 7}, ["django_jobs.E014"]),
+        ({"NOTIFY": "no"}, ["django_jobs.E015"]),
         ({"SENSITIVE_PAYLOAD_KEYS": "token"}, ["django_jobs.E011"]),  # a string, not a list of them
         ({"SENSITIVE_PAYLOAD_KEYS": ["card", "(unclosed"]}, ["django_jobs.E011"]),
         ({"SENSITIVE_PAYLOAD_KEYS": [3]}, ["django_jobs.E011"]),

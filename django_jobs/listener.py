@@ -1,0 +1,113 @@
+"""The worker's ear: one connection that LISTENs on the ``django_jobs`` channel.
+
+Triggers on the job table (migration 0004) notify whenever a job becomes pending: the payload
+is its queue, followed by the seconds until it is due when it is not due yet. The listener
+wakes the worker's claim loop for a job due now in a queue it serves, and tells it when the
+next scheduled one will be due, so an idle worker neither polls nor misses anything.
+
+Notifications on a live connection are not lost; a connection that dies is reconnected with a
+back-off, LISTENs again, and the worker claims at once (what was enqueued meanwhile was never
+heard). While the listener is down the worker polls every ``POLL_INTERVAL``, so a job waits at
+most that long whatever happens to the connection.
+
+``DJANGO_JOBS["NOTIFY"] = False`` turns this off (polling only): LISTEN needs a session of its
+own, which PgBouncer in transaction mode cannot give.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import psycopg
+from django.db import connections
+
+from django_jobs.conf import jobs_settings
+
+logger = logging.getLogger("django_jobs.listener")
+
+CHANNEL = "django_jobs"
+#: A silent connection is checked (SELECT 1) this often: a peer gone without a word (a dropped
+#: network path) would otherwise keep the listener waiting forever.
+KEEPALIVE = 30.0
+_RECONNECT_FIRST, _RECONNECT_MAX = 0.1, 5.0
+
+
+class Listener(threading.Thread):
+    """Hears the job channel for a worker serving ``queues`` (empty: every queue)."""
+
+    def __init__(
+        self,
+        queues: Sequence[str],
+        *,
+        wake: Callable[[], None],
+        due_in: Callable[[float], None],
+        stop: threading.Event,
+    ) -> None:
+        super().__init__(name="django_jobs-listener", daemon=True)
+        self._queues = frozenset(queues)
+        self._wake = wake
+        self._due_in = due_in
+        self._stop_event = stop
+        #: Set while LISTEN is in place on a live connection: the worker may then stop polling.
+        self.listening = threading.Event()
+        self.reconnects = 0
+
+    def run(self) -> None:
+        wait = _RECONNECT_FIRST
+        while not self._stop_event.is_set():
+            try:
+                with psycopg.connect(**_connection_params(), autocommit=True) as conn:
+                    conn.execute(f"LISTEN {CHANNEL}")
+                    self.listening.set()
+                    wait = _RECONNECT_FIRST
+                    self._wake()  # what became pending while nobody listened was never heard
+                    self._listen(conn)
+            except psycopg.Error as exc:
+                if self._stop_event.is_set():
+                    break
+                logger.warning(
+                    "listening connection lost (%s): polling every %.1fs, reconnecting in %.1fs",
+                    type(exc).__name__, jobs_settings.POLL_INTERVAL, wait,
+                )  # fmt: skip
+            finally:
+                self.listening.clear()
+            self.reconnects += 1
+            self._stop_event.wait(wait)
+            wait = min(_RECONNECT_MAX, wait * 2)
+
+    def _listen(self, conn: psycopg.Connection[Any]) -> None:
+        quiet_since = time.monotonic()
+        while not self._stop_event.is_set():
+            # A short timeout so that a stopping worker is not kept waiting.
+            for notification in conn.notifies(timeout=0.5):
+                self._hear(notification.payload)
+                quiet_since = time.monotonic()
+            if time.monotonic() - quiet_since >= KEEPALIVE:
+                conn.execute("SELECT 1")
+                quiet_since = time.monotonic()
+
+    def _hear(self, payload: str) -> None:
+        queue, _, due_in = payload.partition(" ")
+        if self._queues and queue not in self._queues:
+            return
+        if not due_in:
+            self._wake()
+            return
+        try:
+            seconds = float(due_in)
+        except ValueError:
+            return  # not ours: someone else NOTIFYs on the channel
+        self._due_in(max(0.0, seconds))
+
+
+def _connection_params() -> dict[str, Any]:
+    """The jobs database's connection parameters, as Django would connect."""
+    params: dict[str, Any] = connections[jobs_settings.DATABASE].get_connection_params()
+    # Django's cursor classes and adapters are for its own connections; this one only listens.
+    for key in ("cursor_factory", "context", "server_side_binding"):
+        params.pop(key, None)
+    return params
