@@ -44,15 +44,20 @@ STATUS = {
 _LOST = "django_jobs.context.LeaseLost"
 
 
-def task_result(family: Family, task: Any, job: Job, events: Iterable[JobEvent], backend: str) -> Any:
+def task_result(
+    family: Family, task: Any, job: Job, events: Iterable[JobEvent], backend: str, attempt: int = 0
+) -> Any:
     """The ``TaskResult`` (of ``family``) of the task ``job`` runs.
 
-    ``events`` are the job's events that left ``running`` (each one ended an execution), in order.
+    ``events`` are the job's events that left ``running`` (each one ended an execution), in
+    order. ``attempt`` is the number of the execution running now, when the caller is that
+    execution: a job prefetched by its worker has its attempt counted on the row only once the
+    heartbeat or the outcome records its start.
     """
     ended = _first_per_attempt(events)
     worker_ids = [
         (ended[n].worker_id if n in ended and ended[n].worker_id else job.worker_id) or ""
-        for n in range(1, job.attempts + 1)
+        for n in range(1, max(job.attempts, attempt) + 1)
     ]
     errors = [
         family.TaskError(exception_class_path=_exception(event), traceback=event.error)

@@ -80,7 +80,9 @@ def _handler(name: str, alias: str, sender: type) -> Callable[[JobContext, dict[
 def _run(task: Any, ctx: JobContext, payload: dict[str, Any], alias: str, sender: type) -> Any:
     family = taskapi.family_of(task)
     args, kwargs = payload.get("args", []), payload.get("kwargs", {})
-    running = read_result(family, task, ctx.job_id, alias)
+    running = read_result(family, task, ctx.job_id, alias, attempt=ctx.attempt)
+    if running.started_at is None:  # prefetched: its start is recorded by the next write
+        running = taskapi.replace(running, started_at=timezone.now(), last_attempted_at=timezone.now())
     send("task_started", sender, running)
     failure: BaseException | None = None
     try:
@@ -131,11 +133,11 @@ def _status_after(exc: BaseException, ctx: JobContext) -> str:
     return str(decide(situation, Backoff).status)
 
 
-def read_result(family: taskapi.Family, task: Any, job_id: int, alias: str) -> Any:
-    """The ``TaskResult`` of job ``job_id``, read from its row and history."""
+def read_result(family: taskapi.Family, task: Any, job_id: int, alias: str, attempt: int = 0) -> Any:
+    """The ``TaskResult`` of job ``job_id``, read from its row and history (see ``task_result``)."""
     job = Job.objects.get(id=job_id)
     events = JobEvent.objects.filter(job_id=job_id, from_status=JobStatus.RUNNING, kind__in=ENDING_EVENTS)
-    return task_result(family, task, job, events.order_by("id"), alias)
+    return task_result(family, task, job, events.order_by("id"), alias, attempt)
 
 
 # ---- signals ----------------------------------------------------------------------------------

@@ -76,6 +76,10 @@ DJANGO_JOBS = {
     }.items()
 }
 
+if django.VERSION >= (6, 1):
+    # Email is configured per mailer from Django 6.1; the tests swap each for an in-memory one.
+    MAILERS = {"default": {"BACKEND": "django.core.mail.backends.console.EmailBackend"}}
+
 # The task queues of testproject/testjobs/tasks.py; tests run them on django_jobs.
 TASKS = {
     "default": {

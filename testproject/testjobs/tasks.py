@@ -10,6 +10,8 @@ import asyncio
 import time
 from typing import Any
 
+from django.core.mail import send_mail
+
 from django_jobs import PermanentError, RetryableError, SkipJob
 from testproject.testjobs.models import BusinessRow
 
@@ -92,3 +94,18 @@ def slow(context: Any, seconds: float) -> str:
         time.sleep(0.02)
         job.raise_if_cancelled()
     return "done"
+
+
+# ---- the reference backend's documented usage, unchanged ----------------------------------------
+# A project moving from django-tasks' database backend changes TASKS' BACKEND and nothing here.
+
+
+@task
+def email_users(emails: list[str], subject: str, message: str) -> int:
+    return send_mail(subject=subject, message=message, from_email=None, recipient_list=emails)
+
+
+@task(takes_context=True)
+def email_users_with_context(context: Any, emails: list[str], subject: str, message: str) -> int:
+    print(f"Attempt {context.attempt} to send user email. Task result id: {context.task_result.id}.")
+    return send_mail(subject=subject, message=message, from_email=None, recipient_list=emails)
