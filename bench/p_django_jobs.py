@@ -95,7 +95,7 @@ BENCH_DIR = str(Path(peers.__file__).resolve().parent.parent)
 class Peer(BasePeer):
     name = "django-jobs"
     db = "bench_django_jobs"
-    packages = ("django-jobs", "Django", "psycopg")
+    packages = ("django-jobs-pg", "Django", "psycopg")
     supports_bulk = True
     enqueue_single_desc = 'enqueue("test.noop", {}) per job (autocommit: one INSERT + commit per job)'
     enqueue_bulk_desc = 'enqueue_many("test.noop", [{}] * 1000) per call (one 1000-row INSERT)'
