@@ -164,7 +164,8 @@ class JobsBackend(taskapi.PRIMARY.BaseTaskBackend):  # type: ignore[name-defined
             job_id = int(result_id)
         except (TypeError, ValueError):
             raise TaskResultDoesNotExist(f"no task result has id {result_id!r}") from None
-        job_type = Job.objects.filter(id=job_id).values_list("type", "priority", "queue").first()
+        jobs = Job.objects.using(jobs_settings.DATABASE).filter(id=job_id)
+        job_type = jobs.values_list("type", "priority", "queue").first()
         if job_type is None:
             raise TaskResultDoesNotExist(f"no task result has id {result_id!r}")
         name, priority, queue = job_type

@@ -27,6 +27,7 @@ from django.utils.module_loading import import_string
 
 from django_jobs import taskapi
 from django_jobs.backoff import Backoff
+from django_jobs.conf import jobs_settings
 from django_jobs.context import JobContext, LeaseLost
 from django_jobs.decision import Situation, decide, happened_for
 from django_jobs.errors import InvalidResult
@@ -135,8 +136,11 @@ def _status_after(exc: BaseException, ctx: JobContext) -> str:
 
 def read_result(family: taskapi.Family, task: Any, job_id: int, alias: str, attempt: int = 0) -> Any:
     """The ``TaskResult`` of job ``job_id``, read from its row and history (see ``task_result``)."""
-    job = Job.objects.get(id=job_id)
-    events = JobEvent.objects.filter(job_id=job_id, from_status=JobStatus.RUNNING, kind__in=ENDING_EVENTS)
+    database = jobs_settings.DATABASE
+    job = Job.objects.using(database).get(id=job_id)
+    events = JobEvent.objects.using(database).filter(
+        job_id=job_id, from_status=JobStatus.RUNNING, kind__in=ENDING_EVENTS
+    )
     return task_result(family, task, job, events.order_by("id"), alias, attempt)
 
 

@@ -22,6 +22,11 @@ except ImportError:  # Django 5.2: the backport
 
 
 @task
+def noop() -> None:
+    """Does nothing: what the benchmarks drain."""
+
+
+@task
 def add(a: int, b: int) -> int:
     return a + b
 

@@ -125,7 +125,8 @@ def test_a_task_that_fails_twice_then_succeeds_has_two_errors_and_three_worker_i
     result = tasks.fails_then_succeeds.enqueue(2)
     run_jobs()
     result.refresh()
-    assert result.status == Status.READY and len(result.errors) == 1 and result.attempts == 1
+    # The retry may come due (10 ms backoff) while the burst worker still runs.
+    assert result.status == Status.READY and 1 <= len(result.errors) == result.attempts <= 2
     run_until_settled()
     result.refresh()
     assert result.status == Status.SUCCESSFUL and result.return_value == 3
