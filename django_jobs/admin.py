@@ -307,8 +307,8 @@ class JobAdmin(ModelAdmin):
                 )
             },
         ),
-        ("Outcome", {"fields": ("last_error_code", "last_error_pretty", "available_at", "created_at",
-                                "completed_at", "failed_at", "finished_at")}),
+        ("Outcome", {"fields": ("last_error_code", "last_error_pretty", "return_value_pretty", "available_at",
+                                "created_at", "completed_at", "failed_at", "finished_at")}),
         ("Payload", {"fields": ("payload_pretty",)}),
     )  # fmt: skip
 
@@ -418,6 +418,12 @@ class JobAdmin(ModelAdmin):
         if job.checkpoint is None:
             return "—"
         return _json_block(_visible(job, job.checkpoint))
+
+    @admin.display(description="return value")
+    def return_value_pretty(self, job: Job) -> str:
+        if job.status != JobStatus.COMPLETED:
+            return "—"
+        return _json_block(_visible(job, job.return_value))
 
     @admin.display(description="last error (sanitized)")
     def last_error_pretty(self, job: Job) -> str:

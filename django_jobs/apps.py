@@ -16,3 +16,18 @@ class DjangoJobsConfig(AppConfig):
         # Handlers register themselves with @job when their module is imported; importing
         # every installed app's jobs.py means web processes and workers know the same types.
         autodiscover_modules("jobs")
+        if _serves_tasks():
+            # A task becomes a job type when its @task decorator runs: a worker must import
+            # every tasks.py to know (and claim) the tasks the web processes enqueue.
+            autodiscover_modules("tasks")
+
+
+def _serves_tasks() -> bool:
+    """Whether Django's Tasks framework is configured to run on django_jobs."""
+    from django.conf import settings
+
+    backends = getattr(settings, "TASKS", None) or {}
+    return any(
+        isinstance(options, dict) and str(options.get("BACKEND", "")).startswith("django_jobs.")
+        for options in backends.values()
+    )

@@ -31,6 +31,9 @@ Every key, its default and its meaning. Durations are seconds; floats are allowe
     How often the reaper looks for stale running jobs and prunes old finished ones.
 ``MAX_PAYLOAD_BYTES`` (262144)
     Largest accepted payload, measured as its UTF-8 JSON encoding.
+``MAX_RESULT_BYTES`` (65536)
+    Largest return value stored for a handler or task, measured as its UTF-8 JSON encoding.
+    A larger one, or one that is not plain JSON, ends the job ``failed`` (``RESULT_INVALID``).
 ``DEFAULT_QUEUE`` ("default"), ``DEFAULT_MAX_ATTEMPTS`` (5)
     Used when neither the job type nor ``enqueue()`` says otherwise.
 ``BACKOFF_BASE`` (2.0), ``BACKOFF_CAP`` (3600.0), ``BACKOFF_JITTER`` (0.25)
@@ -66,6 +69,7 @@ DEFAULTS: dict[str, Any] = {
     "MAX_CHECKPOINT_BYTES": 64 * 1024,
     "REAPER_INTERVAL": 30.0,
     "MAX_PAYLOAD_BYTES": 256 * 1024,
+    "MAX_RESULT_BYTES": 64 * 1024,
     "DEFAULT_QUEUE": "default",
     "DEFAULT_MAX_ATTEMPTS": 5,
     "BACKOFF_BASE": 2.0,
@@ -142,6 +146,10 @@ class Settings:
     @property
     def MAX_PAYLOAD_BYTES(self) -> int:
         return int(self._get("MAX_PAYLOAD_BYTES"))
+
+    @property
+    def MAX_RESULT_BYTES(self) -> int:
+        return int(self._get("MAX_RESULT_BYTES"))
 
     @property
     def DEFAULT_QUEUE(self) -> str:

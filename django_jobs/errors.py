@@ -39,6 +39,8 @@ class ErrorCode:
     DATABASE_UNAVAILABLE = "DATABASE_UNAVAILABLE"
     #: What the handler reported could not be stored even after sanitising it.
     OUTCOME_INVALID = "OUTCOME_INVALID"
+    #: The handler returned a value that cannot be stored (not plain JSON, or too large).
+    RESULT_INVALID = "RESULT_INVALID"
     #: The handler raised an exception that is not an ``Exception`` (SystemExit, …).
     BASE_EXCEPTION = "BASE_EXCEPTION"
     CANCELLED = "CANCELLED"
@@ -125,6 +127,13 @@ class InvalidProgress(PermanentError):
     nothing was written."""
 
     default_code = "PROGRESS_INVALID"
+
+
+class InvalidResult(PermanentError):
+    """A handler returned a value that is not plain JSON or is larger than ``MAX_RESULT_BYTES``:
+    the job fails, since the same value would be returned on every attempt."""
+
+    default_code = "RESULT_INVALID"
 
 
 class OutcomeKind(enum.Enum):

@@ -33,6 +33,7 @@ from django_jobs.context import JobContext, Lease, LeaseLost, SideWriter
 from django_jobs.decision import Happened, happened_for
 from django_jobs.errors import AMBIGUOUS_CODES, DATABASE_UNAVAILABLE, ErrorCode, PermanentError
 from django_jobs.registry import JobType, Reconciliation, registry
+from django_jobs.results import encode_result
 from django_jobs.sanitize import storable_text
 from django_jobs.transitions import Claim
 
@@ -52,6 +53,10 @@ class Finished:
     details: str | None = None  # JSON text for the event (reconciliation)
     #: Seconds from the start of the handler to its end; None if it never started.
     ran_for: float | None = None
+    #: What the handler returned, as JSON text (None when it returned None or did not return).
+    result: str | None = None
+    #: The import path of the exception that ended the execution, when one did.
+    exception: str | None = None
 
 
 def execute(claim: Claim, lease: Lease, side_writer: SideWriter | None = None) -> Finished:
@@ -103,8 +108,9 @@ def _run(claim: Claim, lease: Lease, side_writer: SideWriter | None, started: fl
     reconciled = _reconcile(claim, job_type, ctx, payload, started)
     if reconciled is not None:
         return reconciled
-    call(job_type.handler, ctx, payload)
-    return Finished(claim, Happened.COMPLETED, ran_for=time.perf_counter() - started)
+    # A value that cannot be stored raises InvalidResult here: the job fails, the worker goes on.
+    result = encode_result(call(job_type.handler, ctx, payload))
+    return Finished(claim, Happened.COMPLETED, ran_for=time.perf_counter() - started, result=result)
 
 
 def call(function: Callable[..., Any], *args: Any) -> Any:
@@ -136,7 +142,15 @@ def _failure(claim: Claim, exc: BaseException, started: float) -> Finished:
         happened, code, retry_after = Happened.RETRYABLE, ErrorCode.UNKNOWN, None
     if not isinstance(exc, Exception):
         code = ErrorCode.BASE_EXCEPTION
-    return Finished(claim, happened, code, describe(exc), retry_after, ran_for=ran_for)
+    return Finished(
+        claim, happened, code, describe(exc), retry_after, ran_for=ran_for, exception=exception_path(exc)
+    )
+
+
+def exception_path(exc: BaseException) -> str:
+    """The import path of ``exc``'s class (``builtins.ValueError``, ``myapp.errors.Oops``)."""
+    cls = type(exc)
+    return f"{cls.__module__}.{cls.__qualname__}"
 
 
 def _caused_by_unreachable_database(exc: BaseException) -> bool:

@@ -97,6 +97,9 @@ class Job(models.Model):
     last_error_code = models.CharField(max_length=100, null=True, blank=True)
     last_error = models.TextField(null=True, blank=True, help_text="Sanitized: secrets are redacted.")
     progress = models.JSONField(null=True, blank=True)
+    #: What the handler returned (plain JSON within MAX_RESULT_BYTES), written with the
+    #: completion; NULL while the job has not completed, or when the handler returned None.
+    return_value = models.JSONField(null=True, blank=True)
     checkpoint = models.JSONField(null=True, blank=True)
 
     # Manual retries by operators; each one is also a JobEvent with who and why.

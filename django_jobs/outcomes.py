@@ -46,7 +46,9 @@ def outcome_for(finished: Finished, cancel_requested: bool = False, rng: Random 
         # The attempt is counted by the write itself if no heartbeat recorded its start.
         if logger.isEnabledFor(logging.DEBUG):  # runjobs -v 2: every job, one line each
             _log(finished, SUCCESS.status, None, 0.0)
-        return Outcome(claim.id, claim.execution_id, SUCCESS.status, ran_for=finished.ran_for)
+        return Outcome(
+            claim.id, claim.execution_id, SUCCESS.status, ran_for=finished.ran_for, result=finished.result
+        )
     # A job given back unstarted keeps the error of its last real attempt (reconcile reads it).
     unstarted = finished.happened is Happened.NOT_STARTED
     code = None if finished.error_code is None or unstarted else error_code(finished.error_code)
@@ -66,10 +68,12 @@ def outcome_for(finished: Finished, cancel_requested: bool = False, rng: Random 
     )
     delay = min(max(0.0, decision.delay), MAX_RETRY_DELAY)
     details: str | None = finished.details
+    # The exception's class rides along on the event: a task's result lists it with each error.
+    exception = {"exception": finished.exception} if finished.exception else {}
     if decision.status == JobStatus.PENDING and decision.event == EventKind.RETRY_SCHEDULED:
-        details = json.dumps({"retry_in": round(delay, 3)})
+        details = json.dumps({"retry_in": round(delay, 3), **exception})
     elif decision.status == JobStatus.FAILED and finished.happened is not Happened.LOST:
-        details = json.dumps({"reason": decision.reason})
+        details = json.dumps({"reason": decision.reason, **exception})
     _log(finished, decision.status, code, delay)
     completed = decision.status == JobStatus.COMPLETED
     return Outcome(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import django
 import environ
 
 BASE_DIR = Path(__file__).resolve().parent
@@ -13,6 +14,9 @@ SECRET_KEY = env("SECRET_KEY", default="django-jobs-testproject-not-secret")
 DEBUG = env.bool("DEBUG", default=False)
 ALLOWED_HOSTS = env.list("ALLOWED_HOSTS", default=["127.0.0.1", "localhost", "testserver"])
 
+# Django's Tasks framework: django.tasks from Django 6.0, the django-tasks backport before.
+_TASKS_BACKPORT = [] if django.VERSION >= (6, 0) else ["django_tasks"]
+
 INSTALLED_APPS = [
     "django.contrib.admin",
     "django.contrib.auth",
@@ -21,6 +25,7 @@ INSTALLED_APPS = [
     "django.contrib.messages",
     "django.contrib.staticfiles",
     "django_jobs",
+    *_TASKS_BACKPORT,
     "testproject.demo",
     "testproject.testjobs",
 ]
@@ -69,6 +74,19 @@ DJANGO_JOBS = {
         "LEASE_TIMEOUT": 60.0,
         "REAPER_INTERVAL": 30.0,
     }.items()
+}
+
+if django.VERSION >= (6, 1):
+    # Email is configured per mailer from Django 6.1; the tests swap each for an in-memory one.
+    MAILERS = {"default": {"BACKEND": "django.core.mail.backends.console.EmailBackend"}}
+
+# The task queues of testproject/testjobs/tasks.py; tests run them on django_jobs.
+TASKS = {
+    "default": {
+        "BACKEND": "django_jobs.backend.JobsBackend",
+        "QUEUES": ["default", "emails", "reports"],
+        "OPTIONS": {"MAX_ATTEMPTS": 3, "BACKOFF_BASE": 0.01, "BACKOFF_CAP": 0.05},
+    }
 }
 
 # Jobs in a database of their own (the system checks' tests use it).

@@ -57,6 +57,6 @@ DROP FUNCTION IF EXISTS django_jobs_notify_inserted();
 
 
 class Migration(migrations.Migration):
-    dependencies = [("django_jobs", "0003_view_sensitive_payload")]
+    dependencies = [("django_jobs", "0004_job_return_value")]
 
     operations = [migrations.RunSQL(CREATE, DROP)]

@@ -65,6 +65,8 @@ class Outcome:
     #: recorded yet (prefetched); None if it never started or its start is recorded.
     ran_for: float | None = None
     reason: str | None = None  # why, on the event (releases)
+    #: The handler's return value as JSON text, stored on a completed job; None stores NULL.
+    result: str | None = None
 
 
 _CLAIM_COLUMNS = (
@@ -228,7 +230,7 @@ _CANCEL_REQUESTED = (
 
 
 # The plain success path, by far the most frequent: no error, no event, nothing to choose. A
-# statement of its own binds three arrays instead of eleven, which is most of what writing a
+# statement of its own binds four arrays instead of eleven, which is most of what writing a
 # batch of no-op jobs costs the worker. A prefetched execution's attempt and start are counted
 # here if no heartbeat recorded them yet (ran_for is then its run time).
 _COMPLETE = """
@@ -236,8 +238,8 @@ UPDATE django_jobs_job j SET
     status = 'completed',
     attempts = j.attempts + (j.started_at IS NULL)::int,
     started_at = COALESCE(j.started_at, now() - make_interval(secs => COALESCE(d.ran_for, 0))),
-    completed_at = now(), finished_at = now(), lease_expires_at = NULL
-FROM unnest(%s::bigint[], %s::uuid[], %s::float8[]) AS d(id, execution_id, ran_for)
+    completed_at = now(), finished_at = now(), lease_expires_at = NULL, return_value = d.result
+FROM unnest(%s::bigint[], %s::uuid[], %s::float8[], %s::jsonb[]) AS d(id, execution_id, ran_for, result)
 WHERE j.id = d.id AND j.execution_id = d.execution_id AND j.status = 'running'
 RETURNING j.id
 """
@@ -272,7 +274,12 @@ def _complete(outcomes: list[Outcome]) -> set[int]:
     with connections[jobs_settings.DATABASE].cursor() as cursor:
         cursor.execute(
             _COMPLETE,
-            [[o.job_id for o in outcomes], [o.execution_id for o in outcomes], [o.ran_for for o in outcomes]],
+            [
+                [o.job_id for o in outcomes],
+                [o.execution_id for o in outcomes],
+                [o.ran_for for o in outcomes],
+                [o.result for o in outcomes],
+            ],
         )
         return {row[0] for row in cursor.fetchall()}
 

@@ -117,3 +117,13 @@ def test_masking_applies_to_jobs_of_every_status(
     for state in ({}, {"running": True}, {"completed": True}, {"status": JobStatus.NEEDS_REVIEW}):
         job = JobFactory(type="test.payment", payload={"card": CARD}, **state)
         assert CARD not in client.get(detail_url(job.id)).content.decode()
+
+
+def test_a_return_value_is_shown_and_masked_like_a_payload(
+    viewers: dict[str, tuple[User, bool]], login: Callable[[User | None], Client]
+) -> None:
+    job = JobFactory(type="test.payment", completed=True, return_value={"receipt": "R-7", "card": CARD})
+    viewer = html.unescape(login(viewers["view_only"][0]).get(detail_url(job.id)).content.decode())
+    assert '"receipt": "R-7"' in viewer and CARD not in viewer
+    granted = html.unescape(login(viewers["granted"][0]).get(detail_url(job.id)).content.decode())
+    assert CARD in granted

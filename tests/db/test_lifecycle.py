@@ -71,7 +71,7 @@ def test_3_permanent_error_fails_at_once_without_retries() -> None:
     assert (event.kind, event.to_status, event.details) == (
         EventKind.FAILED,
         "failed",
-        {"reason": "permanent_error"},
+        {"reason": "permanent_error", "exception": "django_jobs.errors.PermanentError"},
     )
 
 
@@ -82,7 +82,10 @@ def test_4_exhausted_retries_end_failed() -> None:
     assert (job.status, job.attempts) == (JobStatus.FAILED, 3)
     kinds = list(JobEvent.objects.filter(job=job).values_list("kind", "attempt"))
     assert kinds == [(EventKind.RETRY_SCHEDULED, 1), (EventKind.RETRY_SCHEDULED, 2), (EventKind.FAILED, 3)]
-    assert JobEvent.objects.get(job=job, kind=EventKind.FAILED).details == {"reason": "attempts_exhausted"}
+    assert JobEvent.objects.get(job=job, kind=EventKind.FAILED).details == {
+        "reason": "attempts_exhausted",
+        "exception": "django_jobs.errors.RetryableError",
+    }
 
 
 def test_9_poison_job_ends_failed_instead_of_cycling() -> None:

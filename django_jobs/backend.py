@@ -1,0 +1,223 @@
+"""``JobsBackend``: Django's Tasks framework on django_jobs.
+
+::
+
+    TASKS = {"default": {"BACKEND": "django_jobs.backend.JobsBackend"}}
+
+``@task`` functions (``django.tasks`` on Django ≥ 6.0, the ``django_tasks`` backport on 5.2)
+are then enqueued as job rows in the caller's transaction and run by ``manage.py runjobs`` with
+every guarantee of a ``@job``. ``OPTIONS`` give the policy of the backend's tasks:
+
+``MAX_ATTEMPTS`` (``DJANGO_JOBS["DEFAULT_MAX_ATTEMPTS"]``)
+    Executions a task gets before it ends ``FAILED``; retryable errors (any exception but
+    ``PermanentError``, ``SkipJob`` and ``JobCancelled``) are retried until then.
+``BACKOFF_BASE``, ``BACKOFF_CAP``, ``BACKOFF_JITTER`` (the ``DJANGO_JOBS`` ones)
+    The retry delay: ``base × 2^(attempt-1)``, capped, minus up to ``jitter`` of it.
+``TIMEOUT`` (None)
+    Seconds an execution may run before it is treated as timed out (and retried).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import math
+from typing import Any
+
+from django.core.exceptions import ImproperlyConfigured
+from django.utils.module_loading import import_string
+
+from django_jobs import taskapi, taskrun
+from django_jobs.backoff import Backoff
+from django_jobs.conf import jobs_settings
+from django_jobs.enqueueing import enqueue
+from django_jobs.errors import EnqueueError
+from django_jobs.jsonvalues import plain_json_problem
+from django_jobs.models import Job
+from django_jobs.registry import QUEUE_RE
+from django_jobs.taskapi import InvalidTask, TaskResultDoesNotExist
+
+#: Every family's InvalidTask: the base class raises its own family's.
+_INVALID_TASK: tuple[type[Exception], ...] = tuple(f.InvalidTask for f in taskapi.FAMILIES)
+_OPTIONS = ("MAX_ATTEMPTS", "BACKOFF_BASE", "BACKOFF_CAP", "BACKOFF_JITTER", "TIMEOUT")
+
+
+class JobsBackend(taskapi.PRIMARY.BaseTaskBackend):  # type: ignore[name-defined,misc]
+    """A production backend for Django's Tasks framework: leases, retries, results, the console."""
+
+    task_class = taskapi.PRIMARY.Task
+    supports_defer = True
+    supports_async_task = True
+    supports_get_result = True
+    supports_priority = True
+
+    def __init__(self, alias: str, params: dict[str, Any]) -> None:
+        super().__init__(alias, params)
+        for queue in self.queues:
+            if not isinstance(queue, str) or not QUEUE_RE.match(queue):
+                raise ImproperlyConfigured(f"TASKS[{alias!r}]: invalid queue name {queue!r}")
+        unknown = sorted(set(self.options) - set(_OPTIONS))
+        if unknown:
+            raise ImproperlyConfigured(
+                f"TASKS[{alias!r}]['OPTIONS']: unknown option(s) {', '.join(unknown)}; "
+                f"known: {', '.join(_OPTIONS)}"
+            )
+        attempts = jobs_settings.DEFAULT_MAX_ATTEMPTS
+        self.max_attempts = self._option("MAX_ATTEMPTS", attempts, int, minimum=1, maximum=1000)
+        self.backoff = Backoff(
+            base=self._option("BACKOFF_BASE", jobs_settings.BACKOFF_BASE, float, minimum=0),
+            cap=self._option("BACKOFF_CAP", jobs_settings.BACKOFF_CAP, float, minimum=0),
+            jitter=self._option("BACKOFF_JITTER", jobs_settings.BACKOFF_JITTER, float, minimum=0, maximum=1),
+        )
+        timeout = self.options.get("TIMEOUT")
+        self.timeout = None if timeout is None else self._option("TIMEOUT", None, float, minimum=0.001)
+
+    def _option(self, name: str, default: Any, kind: type, minimum: float, maximum: float = math.inf) -> Any:
+        value = self.options.get(name, default)
+        where = f"TASKS[{self.alias!r}]['OPTIONS'][{name!r}]"
+        number = isinstance(value, int | float) and not isinstance(value, bool)
+        if not number or (kind is int and int(value) != value):
+            raise ImproperlyConfigured(f"{where} must be a {kind.__name__}")
+        if not (math.isfinite(value) and minimum <= value <= maximum):
+            raise ImproperlyConfigured(f"{where} must be between {minimum} and {maximum}")
+        return kind(value)
+
+    # ---- validation --------------------------------------------------------------------------
+
+    def validate_task(self, task: Any) -> None:
+        """Check ``task`` (either family's ``Task``) and register it as a job type.
+
+        ``run_after`` may be an aware datetime or a ``timedelta`` (counted from the database's
+        clock at enqueue). Raises ``InvalidTask``, which both families' ``InvalidTask`` catch.
+        """
+        run_after = task.run_after
+        if isinstance(run_after, dt.timedelta):
+            seconds = run_after.total_seconds()
+            if not (math.isfinite(seconds) and seconds >= 0):
+                raise InvalidTask(f"run_after must be a timedelta >= 0, not {run_after!r}")
+        elif run_after is not None and not isinstance(run_after, dt.datetime):
+            raise InvalidTask(f"run_after must be a datetime or a timedelta, not {type(run_after).__name__}")
+        try:
+            # The base class knows datetimes only; a timedelta is checked above.
+            super().validate_task(_WithoutDelay(task) if isinstance(run_after, dt.timedelta) else task)
+        except _INVALID_TASK as exc:
+            if isinstance(exc, InvalidTask):
+                raise
+            raise InvalidTask(str(exc)) from exc
+        taskrun.register(
+            task, alias=self.alias, sender=type(self), max_attempts=self.max_attempts,
+            backoff=self.backoff, timeout=self.timeout,
+        )  # fmt: skip
+
+    # ---- enqueue -----------------------------------------------------------------------------
+
+    def enqueue(self, task: Any, args: Any, kwargs: Any) -> Any:
+        """Write the task's job row on the caller's connection and return its ``TaskResult``.
+
+        Inside ``transaction.atomic()`` the job commits or rolls back with the caller's writes.
+        Raises ``InvalidTask`` (arguments that are not JSON, an invalid queue, a naive
+        ``run_after``…) before anything is written.
+        """
+        self.validate_task(task)
+        family = taskapi.family_of(task)
+        payload = {"args": _json(family, list(args), "args"), "kwargs": _json(family, dict(kwargs), "kwargs")}
+        run_after = task.run_after
+        try:
+            job = enqueue(
+                task.module_path,
+                payload,
+                queue=task.queue_name,
+                priority=task.priority,
+                run_at=run_after if isinstance(run_after, dt.datetime) else None,
+                delay=run_after if isinstance(run_after, dt.timedelta) else None,
+                max_attempts=self.max_attempts,
+            )
+        except EnqueueError as exc:
+            if isinstance(exc, InvalidTask):
+                raise
+            raise InvalidTask(str(exc)) from exc
+        result = family.TaskResult(
+            task=task,
+            id=str(job.id),
+            status=taskapi.status(family, "READY"),
+            enqueued_at=job.created_at,
+            started_at=None,
+            finished_at=None,
+            last_attempted_at=None,
+            args=payload["args"],
+            kwargs=payload["kwargs"],
+            backend=self.alias,
+            errors=[],
+            worker_ids=[],
+        )
+        taskrun.send("task_enqueued", type(self), result)
+        return result
+
+    # ---- results -----------------------------------------------------------------------------
+
+    def get_result(self, result_id: str) -> Any:
+        """The ``TaskResult`` of the task with id ``result_id``, read now.
+
+        Raises ``TaskResultDoesNotExist`` (both families catch it) for an id no task has.
+        """
+        try:
+            job_id = int(result_id)
+        except (TypeError, ValueError):
+            raise TaskResultDoesNotExist(f"no task result has id {result_id!r}") from None
+        jobs = Job.objects.using(jobs_settings.DATABASE).filter(id=job_id)
+        job_type = jobs.values_list("type", "priority", "queue").first()
+        if job_type is None:
+            raise TaskResultDoesNotExist(f"no task result has id {result_id!r}")
+        name, priority, queue = job_type
+        task = _task_at(name)
+        if task is None:
+            raise TaskResultDoesNotExist(f"job {job_id} is not a task of Django's Tasks framework")
+        task = _as_enqueued(task, priority=priority, queue_name=queue, backend=self.alias)
+        return taskrun.read_result(taskapi.family_of(task), task, job_id, self.alias)
+
+
+class _WithoutDelay:
+    """``task`` as the base class's checks should see it: without a timedelta ``run_after``."""
+
+    run_after = None
+
+    def __init__(self, task: Any) -> None:
+        self._task = task
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._task, name)
+
+
+def _json(family: taskapi.Family, value: Any, what: str) -> Any:
+    """Task arguments as the framework stores them (tuples as lists), checked to be plain JSON."""
+    try:
+        value = family.normalize_json(value)
+    except (TypeError, ValueError) as exc:
+        raise InvalidTask(f"task {what} must be JSON: {exc}; nothing was enqueued") from exc
+    problem = plain_json_problem(value, f"task {what}")
+    if problem is not None:
+        raise InvalidTask(f"{problem}; nothing was enqueued")
+    return value
+
+
+def _task_at(path: str) -> Any:
+    """The task whose module path is ``path``, or None when there is none (a ``@job`` type)."""
+    try:
+        task = import_string(path)
+    except ImportError:
+        return None
+    return task if isinstance(task, tuple(f.Task for f in taskapi.FAMILIES)) else None
+
+
+def _as_enqueued(task: Any, **stored: Any) -> Any:
+    """``task`` with the options its job was enqueued with (``.using()`` may have changed them)."""
+    changes = {name: value for name, value in stored.items() if getattr(task, name) != value}
+    if not changes:
+        return task
+    try:
+        return dataclasses.replace(task, **changes)
+    except (*_INVALID_TASK, ValueError):  # type: ignore[misc]  # a tuple of exception classes
+        return task  # e.g. a queue no longer in QUEUES: the declared task still names the function
+
+
+__all__ = ["JobsBackend"]
