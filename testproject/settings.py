@@ -23,6 +23,7 @@ INSTALLED_APPS = [
     "django_jobs",
     "testproject.demo",
     "testproject.testjobs",
+    "testproject.shop",  # the example app of docs/quickstart.md; the docs' snippets use it
 ]
 
 MIDDLEWARE = [
