@@ -70,7 +70,9 @@ class Reader:
             for key, value in os.environ.items()
             if key != "DJANGO_SETTINGS_MODULE" and not key.startswith("DJANGO_JOBS_")
         }
-        self.env.update(PYTHONUNBUFFERED="1", DJANGO_SUPERUSER_PASSWORD=PASSWORD, PGPASSWORD=database["PASSWORD"])
+        self.env.update(
+            PYTHONUNBUFFERED="1", DJANGO_SUPERUSER_PASSWORD=PASSWORD, PGPASSWORD=database["PASSWORD"]
+        )
 
     def run(self, args: list[str], *, stdin: str | None = None, timeout: float = 120) -> str:
         result = subprocess.run(
@@ -121,7 +123,7 @@ class Reader:
             # The one departure from the page: the test's database server and a database of its own.
             settings_py.write(
                 f'\nDATABASES["default"].update(NAME={db["NAME"]!r}, HOST={db["HOST"]!r}, '
-                f'PORT={db["PORT"]!r}, USER={db["USER"]!r}, PASSWORD={db["PASSWORD"]!r})\n'
+                f"PORT={db['PORT']!r}, USER={db['USER']!r}, PASSWORD={db['PASSWORD']!r})\n"
             )
 
     def app_file(self, block: Block) -> None:
@@ -154,7 +156,10 @@ class Reader:
             time.sleep(0.5)
 
     def active_jobs(self) -> int:
-        count = "from django_jobs.models import Job; print(Job.objects.filter(status__in=['pending', 'running']).count())"
+        count = (
+            "from django_jobs.models import Job; "
+            "print(Job.objects.filter(status__in=['pending', 'running']).count())"
+        )
         return int(self.run([PYTHON, "manage.py", "shell", "-c", count]).split()[-1])
 
     def look_at_the_console(self) -> None:
@@ -185,7 +190,8 @@ class Browser:
 
     def __init__(self, base: str) -> None:
         self.base = base
-        self.opener = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(http.cookiejar.CookieJar()))
+        cookies = urllib.request.HTTPCookieProcessor(http.cookiejar.CookieJar())
+        self.opener = urllib.request.build_opener(cookies)
 
     def get(self, path: str) -> str:
         with self.opener.open(self.base + path, timeout=10) as response:
