@@ -191,13 +191,30 @@ class JobContext:
         deadline = self._lease.deadline
         return None if deadline is None else max(0.0, deadline - time.monotonic())
 
-    def idempotency_key(self, *parts: object) -> str:
+    def idempotency_key(self, *parts: object, anchor: str | None = None) -> str:
         """A key that is the same for every attempt of this job, e.g. for an Idempotency-Key header.
 
-        Built from the job type, the job's unique key (or its id) and ``parts``; never from the
-        attempt or the execution, which change on every retry.
+        Anchor it on the business operation: ``ctx.idempotency_key(anchor=f"order:{order_id}")``
+        is the same for every job of this type that charges that order, so a second job for
+        the same order (a double click, an operator's re-enqueue) sends the key the provider
+        already saw and gets the first charge back instead of making another. A deliberate
+        second operation needs an anchor of its own (a payment id, say).
+
+        Without ``anchor``, the key is built from the job's ``unique_key`` if it has one, else
+        from the job id: the same across retries of this job, but two jobs for one order send
+        two different keys (both may charge), and every later job enqueued with the same
+        ``unique_key`` reuses the key (a deliberate second charge gets the first one's result).
+
+        The key is ``type:anchor:parts…``; never built from the attempt or the execution, which
+        change on every retry. Raises ``ValueError`` for an ``anchor`` that is not a non-empty
+        string.
         """
-        anchor = self.unique_key if self.unique_key is not None else f"job-{self.job_id}"
+        if anchor is None:
+            anchor = self.unique_key if self.unique_key is not None else f"job-{self.job_id}"
+        elif not isinstance(anchor, str) or not anchor.strip():
+            raise ValueError(
+                f"anchor must be a non-empty string naming the business operation, not {anchor!r}"
+            )
         return ":".join([self.type, anchor, *(str(p) for p in parts)])
 
     def effect(self, key: str) -> AbstractContextManager[bool]:

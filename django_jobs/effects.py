@@ -5,8 +5,10 @@ Three tools, from the most to the least local:
 - :func:`once` — for an effect in *this* database: the effect's key is inserted into
   ``ProcessedEffect`` in the same transaction as the effect, so both commit or roll back
   together, and a second execution finds the key and skips the effect.
-- ``ctx.idempotency_key(*parts)`` — for an external call: a key that is the same on every
-  attempt, for the provider's ``Idempotency-Key`` header (the provider then deduplicates).
+- ``ctx.idempotency_key(*parts, anchor=...)`` — for an external call: a key for the provider's
+  ``Idempotency-Key`` header (the provider then deduplicates). Anchored on the business
+  operation (``anchor=f"order:{order_id}"``), it is the same on every attempt and for every
+  job of that operation.
 - :func:`compare_and_set` — for state machines in your own models: move a row only from the
   state you expect; zero rows moved means someone (an earlier execution) already did it.
 

@@ -38,9 +38,17 @@ def plain_json_problem(value: object, path: str) -> str | None:
             if problem is not None:
                 return problem
         return None
-    return f"{path} is a {type(value).__name__}, which is not a plain JSON value"
+    return f"{path} is {_with_article(type(value).__name__)}, which is not a plain JSON value"
 
 
+#: Type names that start with a vowel letter but are read with a consonant ("a UUID", "a uint8").
+_READ_WITH_A_CONSONANT = ("UU", "uint", "uni", "Uni", "use", "Use", "one", "One")
+
+
+def _with_article(noun: str) -> str:
+    """``noun`` after "a" or "an", as it is read aloud: "an object", "a set", "a UUID"."""
+    vowel = noun[:1].lower() in "aeiou" and not noun.startswith(_READ_WITH_A_CONSONANT)
+    return f"{'an' if vowel else 'a'} {noun}"
 
 
 def encode(value: object) -> str:

@@ -28,6 +28,7 @@ INSTALLED_APPS = [
     *_TASKS_BACKPORT,
     "testproject.demo",
     "testproject.testjobs",
+    "testproject.shop",  # the example app of docs/quickstart.md; the docs' snippets use it
 ]
 
 MIDDLEWARE = [

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import uuid
 from collections.abc import Callable
 from typing import Any
 
@@ -81,7 +82,10 @@ def test_a_committed_transaction_keeps_its_jobs() -> None:
         (lambda: enqueue(print, {}), UnknownJobType, "not a job type"),
         (lambda: enqueue("test.noop", [1, 2]), InvalidPayload, "must be a dict"),
         (lambda: enqueue("test.noop", {"when": dt.date(2024, 1, 1)}), InvalidPayload, "date"),
-        (lambda: enqueue("test.noop", {"ids": {1, 2}}), InvalidPayload, "set"),
+        (lambda: enqueue("test.noop", {"ids": {1, 2}}), InvalidPayload, "is a set,"),
+        (lambda: enqueue("test.noop", {"x": object()}), InvalidPayload, r"\['x'\] is an object,"),
+        (lambda: enqueue("test.noop", {"x": int}), InvalidPayload, r"\['x'\] is a type,"),
+        (lambda: enqueue("test.noop", {"x": uuid.uuid4()}), InvalidPayload, r"\['x'\] is a UUID,"),
         (lambda: enqueue("test.noop", {"pair": (1, 2)}), InvalidPayload, "tuple"),
         (lambda: enqueue("test.noop", {1: "int key"}), InvalidPayload, "non-string key"),
         (lambda: enqueue("test.noop", {"x": float("nan")}), InvalidPayload, "nan"),
