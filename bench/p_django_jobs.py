@@ -105,6 +105,11 @@ class Peer(BasePeer):
             "poll interval 0.2 s from testproject settings)",
             dict(procs=1, concurrency=1),
         ),
+        "1p-default": (
+            "1 `manage.py runjobs` process, --concurrency 1, the library's defaults (poll interval "
+            "1 s, LISTEN/NOTIFY on)",
+            dict(procs=1, concurrency=1, default_poll=1),
+        ),
         "1p-c4": ("1 runjobs process, --concurrency 4", dict(procs=1, concurrency=4)),
         "2p": ("2 runjobs processes, --concurrency 1 each", dict(procs=2, concurrency=1)),
     }
@@ -198,7 +203,10 @@ class Peer(BasePeer):
         ]
 
     def worker_env(self, config: str) -> dict[str, str]:
-        return self.env()
+        env = self.env()
+        if self.params(config).get("default_poll"):
+            env["DJANGO_JOBS_POLL_INTERVAL"] = "1.0"  # DJANGO_JOBS's default, not testproject's 0.2
+        return env
 
     def versions(self) -> dict[str, str]:
         if self._versions is None:

@@ -90,6 +90,9 @@ TASKS = {
     }
 }
 
+if env("DJANGO_JOBS_NOTIFY", default=None) is not None:
+    DJANGO_JOBS["NOTIFY"] = env.bool("DJANGO_JOBS_NOTIFY")
+
 # Jobs in a database of their own (the system checks' tests use it).
 if env("JOBS_DATABASE_URL", default=None):
     DATABASES["jobs"] = env.db("JOBS_DATABASE_URL")
