@@ -69,6 +69,8 @@ IDLE_CHECK = 60.0
 #: decides, and the notification left before its commit).
 _DUE_MARGIN = 0.005
 _MAX_TIMERS = 10_000
+#: At most this long between a SIGTERM and the worker acting on it, when it is idle.
+_SIGNAL_LATENCY = 0.5
 #: Outcome statuses as the summaries name them: a job back to pending was retried.
 _OUTCOME_NAMES = {"pending": "retried", "needs_review": "parked for review"}
 #: Statuses that end a job: an execution that wrote one of these finished its job.
@@ -289,6 +291,7 @@ class Worker:
 
     def _main_loop(self) -> None:
         db_retry = _DB_RETRY_FIRST
+        woken, claim_at = True, 0.0
         while True:
             self._act_on_signals()
             if self._stopping.is_set():
@@ -298,7 +301,9 @@ class Worker:
             try:
                 self._flush(force=False)
                 self._give_back_overdue()
-                claimed = self._claim_if_room()
+                # A turn that only looks at the signals (see below) claims nothing.
+                looked = woken or time.monotonic() >= claim_at
+                claimed = self._claim_if_room() if looked else 0
                 db_retry = _DB_RETRY_FIRST
             except DATABASE_UNAVAILABLE as exc:
                 db_retry = self._database_unavailable(exc, db_retry)
@@ -306,7 +311,7 @@ class Worker:
             buffered, running, _ = self._pool.counts()
             with self._lock:
                 unwritten = bool(self._finished)
-            settled = not buffered and not running and claimed == 0 and not unwritten
+            settled = looked and not buffered and not running and claimed == 0 and not unwritten
             if settled and time.monotonic() >= self._outage_until:
                 if self.burst:
                     self.stop_reason = "nothing left to claim (burst)"
@@ -317,8 +322,11 @@ class Worker:
             self._log_summary_if_due()
             # Slots wake this thread when they run low on claimed jobs, the listener when a job
             # becomes pending; otherwise there is nothing to do before the next flush, the next
-            # scheduled job, or the next poll.
-            self._wake.wait(self._idle_wait(unwritten, held=bool(buffered or running)))
+            # scheduled job, or the next poll. A signal handler cannot wake it (it may take no
+            # lock), so an idle wait is cut into turns short enough to act on signals soon.
+            wait = self._idle_wait(unwritten, held=bool(buffered or running))
+            claim_at = time.monotonic() + wait
+            woken = self._wake.wait(min(wait, _SIGNAL_LATENCY) if self.handle_signals else wait)
 
     def _idle_wait(self, unwritten: bool, held: bool) -> float:
         now = time.monotonic()
