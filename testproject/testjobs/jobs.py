@@ -289,6 +289,12 @@ def hostile(ctx: JobContext, payload: dict[str, Any]) -> None:
     raise _hostile_exception(payload["kind"])
 
 
+@job("test.hostile_once", backoff=Backoff(base=60, cap=60, jitter=0), max_attempts=3)
+def hostile_once(ctx: JobContext, payload: dict[str, Any]) -> None:
+    """As test.hostile, with a retry a minute later: a test sees exactly one attempt."""
+    raise _hostile_exception(payload["kind"])
+
+
 #: Set by a test to let blocked handlers return; a handler in a call without timeout otherwise.
 UNBLOCK = threading.Event()
 

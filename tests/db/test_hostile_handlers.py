@@ -79,7 +79,7 @@ def test_async_handler_is_awaited_not_marked_completed_unrun() -> None:
     ],
 )
 def test_hostile_error_ends_its_own_job_and_no_other(kind: str, status: str, code: str) -> None:
-    bad = enqueue("test.hostile", {"kind": kind})
+    bad = enqueue("test.hostile_once", {"kind": kind})
     others = [enqueue("test.noop", {}) for _ in range(5)]
     worker = run_worker()  # returns: the worker did not die of the job's data
     bad.refresh_from_db()
@@ -147,7 +147,7 @@ def test_a_blocked_handler_hoards_no_prefetched_jobs() -> None:
     "kind", ["system_exit", "keyboard_interrupt", "cancelled_error", "generator_exit", "unprintable"]
 )
 def test_a_base_exception_from_a_handler_becomes_an_outcome_and_the_worker_goes_on(kind: str) -> None:
-    bad = enqueue("test.hostile", {"kind": kind})
+    bad = enqueue("test.hostile_once", {"kind": kind})
     after = [enqueue("test.noop", {}) for _ in range(3)]
     run_worker()  # a burst worker returns: its slot survived
     bad.refresh_from_db()
