@@ -167,6 +167,7 @@ class Worker:
         max_jobs_per_child: int = 1000,
         max_child_memory_mb: float | None = None,
         until_settled: bool = False,
+        queue_slots: dict[str, int] | None = None,
     ) -> None:
         if concurrency < 1:
             raise ValueError("concurrency must be >= 1")
@@ -174,6 +175,16 @@ class Worker:
             raise ValueError(f"pool must be one of {', '.join(POOLS)}")
         self.worker_id = worker_id or make_worker_id()
         self.queues = list(dict.fromkeys(queues or []))  # deduplicated, order kept
+        #: Slots of each queue, when the queues do not share them all: at most that many of a
+        #: queue's jobs are held (running or claimed) at once.
+        self.queue_slots = dict(queue_slots) if queue_slots else None
+        if self.queue_slots is not None:
+            if sorted(self.queue_slots) != sorted(self.queues):
+                raise ValueError("queue_slots must give slots to each queue served, and only to them")
+            if any(slots < 1 for slots in self.queue_slots.values()):
+                raise ValueError("a queue's slots must be >= 1")
+            if sum(self.queue_slots.values()) > concurrency:
+                raise ValueError("the queues' slots add up to more than the concurrency")
         self.concurrency = concurrency
         self.burst = burst
         #: Like ``burst``, but waits out retry backoffs: stops once no job of the types and
@@ -231,6 +242,8 @@ class Worker:
         self._summarised: collections.Counter[str] = collections.Counter()
         # When the scheduled jobs the listener heard of are due (monotonic), earliest first.
         self._due: list[float] = []
+        self._held_by_queue: collections.Counter[str] = collections.Counter()  # under _lock
+        self._turn = 0  # which served queue comes first in the next claim
         # A worker that runs until stopped listens; one that drains and exits polls.
         self._listener = (
             Listener(self.queues, wake=self._wake.set, due_in=self._note_due, stop=self._stopping)
@@ -387,8 +400,18 @@ class Worker:
         # but never leave a slot idle while jobs may be waiting.
         if held >= target or (idle <= buffered and held > target // 2):
             return 0
+        limit, rooms = target - held, None
+        if self.queue_slots is not None:
+            with self._lock:
+                rooms = [max(0, self.queue_slots[q] - self._held_by_queue[q]) for q in self.queues]
+            limit = min(limit, sum(rooms))
+            if not limit:
+                return 0
         started = time.perf_counter()
-        claims = transitions.claim(self._statement, target - held, start_now=max(0, idle - buffered))
+        self._turn += 1
+        claims = transitions.claim(
+            self._statement, limit, start_now=max(0, idle - buffered), rooms=rooms, turn=self._turn
+        )
         elapsed = time.perf_counter() - started
         self.stats.claims += 1
         if not claims:
@@ -397,6 +420,8 @@ class Worker:
         if self.stats.first_claim_at is None:
             self.stats.first_claim_at = time.monotonic()
         self.stats.claimed += len(claims)
+        with self._lock:
+            self._held_by_queue.update(c.queue for c in claims)
         self._pool.submit([Held(c, self._lease_for(c)) for c in claims])
         return len(claims)
 
@@ -433,7 +458,13 @@ class Worker:
 
     def _give_back(self, held: list[Held]) -> None:
         """Release buffered jobs that never started: pending again at once, attempts untouched."""
+        self._let_go([h.claim for h in held])
         self._record_many([Finished(h.claim, Happened.NOT_STARTED) for h in held])
+
+    def _let_go(self, claims: list[Claim]) -> None:
+        """These jobs no longer hold a slot of their queue."""
+        with self._lock:
+            self._held_by_queue.subtract(c.queue for c in claims)
 
     def _flush(self, force: bool) -> None:
         with self._lock:
@@ -484,6 +515,7 @@ class Worker:
 
     def _record(self, finished: Finished) -> None:
         """Called by a slot when its job ended."""
+        self._let_go([finished.claim])
         if finished.error_code == ErrorCode.DATABASE_UNAVAILABLE and finished.happened in (
             Happened.NOT_STARTED,
             Happened.OUTAGE,

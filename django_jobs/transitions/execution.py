@@ -99,16 +99,17 @@ _OLDEST_FILTER = " AND version >= (%(oldest)s::int[])[array_position(%(types)s::
 # `row_number() OVER ()` numbers the candidates in the order the ordered scan produced them
 # (PostgreSQL's window aggregate keeps its input order), without sorting them again.
 _CLAIM_TAIL = (
-    ", ranked AS (SELECT id, row_number() OVER () <= %(start_now)s AS start,"
+    ", ranked AS (SELECT id, row_number() OVER () AS position,"
+    " row_number() OVER () <= %(start_now)s AS start,"
     " on_lost = 'retry' AND last_error_code IS DISTINCT FROM 'LOST_UNSTARTED' AS prefetchable"
     " FROM candidates),"
-    " next AS (SELECT id, start FROM ranked WHERE start OR prefetchable)"
+    " next AS (SELECT id, start, position FROM ranked WHERE start OR prefetchable)"
     " UPDATE django_jobs_job j SET status = 'running', attempts = j.attempts + next.start::int,"
     " worker_id = %(worker)s, execution_id = gen_random_uuid(),"
     " started_at = CASE WHEN next.start THEN now() END, heartbeat_at = now(),"
     " lease_expires_at = now() + make_interval("
     "secs => (%(leases)s::float8[])[array_position(%(types)s::text[], j.type::text)])"
-    f" FROM next WHERE j.id = next.id RETURNING {_CLAIM_COLUMNS}"
+    f" FROM next WHERE j.id = next.id RETURNING {_CLAIM_COLUMNS}, next.position"
 )
 _CANDIDATE_COLUMNS = "id, priority, available_at, on_lost, last_error_code"
 _CLAIM_ANY_QUEUE = (
@@ -118,13 +119,19 @@ _CLAIM_ANY_QUEUE = (
 )
 # With named queues, one ordered scan of the (queue, priority, available_at, id) index per
 # queue: a `queue = ANY(...)` filter would make PostgreSQL sort every pending row of those
-# queues instead. Rows locked by a queue's subquery but cut by the outer LIMIT are unlocked
-# when this statement commits.
+# queues instead. Each queue offers at most its `room` rows (its free slots, when the worker
+# gives queues slots of their own), and the queues take turns: the first row of each queue
+# comes before the second of any, in the order of %(queues)s, which the worker rotates from one
+# claim to the next. So a backlog in one queue never holds back a job of another, and
+# priorities order jobs within a queue. Rows locked by a queue's subquery but cut by the outer
+# LIMIT are unlocked when this statement commits.
 _CLAIM_NAMED_QUEUES = (
-    "WITH candidates AS (SELECT c.* FROM unnest(%(queues)s::text[]) AS q(name) CROSS JOIN LATERAL ("
+    "WITH candidates AS (SELECT c.* FROM unnest(%(queues)s::text[], %(rooms)s::int[])"
+    " WITH ORDINALITY AS q(name, room, turn) CROSS JOIN LATERAL ("
+    " SELECT x.*, row_number() OVER () AS rank FROM ("
     f" SELECT {_CANDIDATE_COLUMNS} FROM django_jobs_job WHERE queue = q.name AND {_CLAIM_FILTER}"
-    " ORDER BY priority DESC, available_at, id LIMIT %(limit)s FOR UPDATE SKIP LOCKED) c"
-    " ORDER BY c.priority DESC, c.available_at, c.id LIMIT %(limit)s)" + _CLAIM_TAIL
+    " ORDER BY priority DESC, available_at, id LIMIT q.room FOR UPDATE SKIP LOCKED) x) c"
+    " ORDER BY c.rank, q.turn LIMIT %(limit)s)" + _CLAIM_TAIL
 )
 
 
@@ -165,21 +172,43 @@ class ClaimStatement:
             "leases": [float(leases.get(name, jobs_settings.LEASE_TIMEOUT)) for name in names],
         }
 
-    def params(self, limit: int, start_now: int | None = None) -> dict[str, Any]:
-        return {**self._params, "limit": limit, "start_now": limit if start_now is None else start_now}
+    def params(
+        self, limit: int, start_now: int | None = None, rooms: Sequence[int] | None = None, turn: int = 0
+    ) -> dict[str, Any]:
+        queues: list[str] = self._params["queues"]
+        room = list(rooms) if rooms is not None else [limit] * len(queues)
+        if len(room) != len(queues):
+            raise ValueError("one room per queue")
+        first = turn % len(queues) if queues else 0  # the queue whose turn it is comes first
+        return {
+            **self._params,
+            "queues": queues[first:] + queues[:first],
+            "rooms": room[first:] + room[:first],
+            "limit": limit,
+            "start_now": limit if start_now is None else start_now,
+        }
 
 
-def claim(statement: ClaimStatement, limit: int, start_now: int | None = None) -> list[Claim]:
+def claim(
+    statement: ClaimStatement,
+    limit: int,
+    start_now: int | None = None,
+    rooms: Sequence[int] | None = None,
+    turn: int = 0,
+) -> list[Claim]:
     """Claim up to ``limit`` jobs, committed before this returns, best priority first.
 
     The first ``start_now`` (default: all) are counted as started: they go to idle threads.
+    With named queues, ``rooms`` caps what each queue may give (default: ``limit``), and
+    ``turn`` rotates which queue comes first.
     """
     with connections[jobs_settings.DATABASE].cursor() as cursor:
-        cursor.execute(statement.sql, statement.params(limit, start_now))
-        claims = [Claim(*row) for row in cursor.fetchall()]
-    # Counted ones first: they are the ones the claim meant for idle threads.
-    claims.sort(key=lambda c: (not c.counted, -c.priority, c.available_at, c.id))
-    return claims
+        cursor.execute(statement.sql, statement.params(limit, start_now, rooms, turn))
+        rows = cursor.fetchall()
+    # RETURNING follows no order: put the rows back in the claim's (best first; with named
+    # queues, the queues' turns), the counted ones first since they are meant for idle threads.
+    rows.sort(key=lambda row: (not row[-3], row[-1]))
+    return [Claim(*row[:-1]) for row in rows]
 
 
 # One statement writes any mix of outcomes: the guarded UPDATE moves the rows still owned by

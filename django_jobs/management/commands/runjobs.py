@@ -48,10 +48,17 @@ def non_negative_float(value: str) -> float:
     return number
 
 
-def queue_name(value: str) -> str:
-    if not QUEUE_RE.match(value):
-        raise argparse.ArgumentTypeError(f"{value!r} is not a valid queue name")
-    return value
+def queue_name(value: str) -> tuple[str, int | None]:
+    """``NAME``, or ``NAME=SLOTS``: the queue gets that many execution slots of its own."""
+    name, has_slots, slots = value.partition("=")
+    if not QUEUE_RE.match(name):
+        raise argparse.ArgumentTypeError(f"{name!r} is not a valid queue name")
+    if not has_slots:
+        return name, None
+    try:
+        return name, concurrency(slots)
+    except argparse.ArgumentTypeError as exc:
+        raise argparse.ArgumentTypeError(f"slots of queue {name!r}: {exc}") from None
 
 
 class Command(BaseCommand):
@@ -64,13 +71,15 @@ class Command(BaseCommand):
             action="append",
             type=queue_name,
             dest="queues",
-            metavar="NAME",
-            help="Serve this queue (repeatable). Default: every queue.",
+            metavar="NAME[=SLOTS]",
+            help="Serve this queue (repeatable). Default: every queue. The queues served take "
+            "turns; NAME=SLOTS gives a queue that many slots of its own (then give every queue "
+            "its slots; the concurrency is their sum).",
         )
         parser.add_argument(
             "--concurrency",
             type=concurrency,
-            default=1,
+            default=None,
             metavar="N",
             help="Jobs run at once, each on its own thread and database connection "
             f"(1 to {MAX_CONCURRENCY}). Default: 1.",
@@ -136,9 +145,11 @@ class Command(BaseCommand):
         logs.install_console_handler(options["verbosity"])
         if not registry.names():
             raise CommandError("no job types are registered: is the app with your jobs.py installed?")
+        queues, slots, workers = self._queues(options["queues"] or [], options["concurrency"])
         worker = Worker(
-            queues=options["queues"],
-            concurrency=options["concurrency"],
+            queues=queues,
+            concurrency=workers,
+            queue_slots=slots,
             burst=options["burst"],
             until_settled=options["until_settled"],
             grace=options["grace"],
@@ -169,3 +180,25 @@ class Command(BaseCommand):
             self.stderr.flush()
             logging.shutdown()
             os._exit(0)
+
+    @staticmethod
+    def _queues(
+        given: list[tuple[str, int | None]], concurrency: int | None
+    ) -> tuple[list[str], dict[str, int] | None, int]:
+        """The queues, their slots (None: all share every slot) and the concurrency."""
+        names = [name for name, _ in given]
+        if len(set(names)) != len(names):
+            raise CommandError("a queue is named twice")
+        slots = {name: n for name, n in given if n is not None}
+        if not slots:
+            return names, None, concurrency or 1
+        if len(slots) != len(given):
+            raise CommandError("give every queue its slots (--queue emails=4 --queue reports=1), or none")
+        total = sum(slots.values())
+        if concurrency is not None and concurrency != total:
+            raise CommandError(
+                f"the queues' slots add up to {total}: leave out --concurrency, or make it {total}"
+            )
+        if total > MAX_CONCURRENCY:
+            raise CommandError(f"the queues' slots add up to {total}, more than {MAX_CONCURRENCY}")
+        return names, slots, total
