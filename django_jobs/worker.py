@@ -338,7 +338,9 @@ class Worker:
             # scheduled job, or the next poll. A signal handler cannot wake it (it may take no
             # lock), so an idle wait is cut into turns short enough to act on signals soon.
             wait = self._idle_wait(unwritten, held=bool(buffered or running))
-            claim_at = time.monotonic() + wait
+            # A turn that did not look keeps the time it waits for (or comes earlier, for a
+            # timer): pushing it back at every turn would never get there.
+            claim_at = time.monotonic() + wait if looked else min(claim_at, time.monotonic() + wait)
             woken = self._wake.wait(min(wait, _SIGNAL_LATENCY) if self.handle_signals else wait)
 
     def _idle_wait(self, unwritten: bool, held: bool) -> float:
