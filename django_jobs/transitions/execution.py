@@ -75,10 +75,14 @@ _CLAIM_COLUMNS = (
     " j.unique_key, j.checkpoint, j.priority, j.available_at, j.last_error_code, j.on_lost,"
     " next.start, extract(epoch FROM now())::float8"
 )
+# Jobs of a paused queue stay pending. NOT IN over the tiny queue table is a hashed subplan:
+# built once per claim, one hash probe per candidate row, and no join that could change how the
+# claim index is scanned; the queue's name is NOT NULL, so NOT IN has no NULL trap.
+_NOT_PAUSED = " AND queue NOT IN (SELECT p.name FROM django_jobs_queue_state p WHERE p.paused_at IS NOT NULL)"
 _CLAIM_FILTER = (
     "status = 'pending' AND available_at <= now() AND type = ANY(%(types)s)"
     " AND version <= (%(versions)s::int[])[array_position(%(types)s::text[], type::text)]{oldest_filter}"
-)
+) + _NOT_PAUSED
 # Only when some type cannot read its oldest versions: an extra range test on version makes the
 # planner expect fewer rows, and it may then trade the ordered scan of the claim index for a
 # bitmap scan and a sort.
