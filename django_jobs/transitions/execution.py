@@ -78,7 +78,8 @@ _CLAIM_COLUMNS = (
 # Jobs of a paused queue stay pending. NOT IN over the tiny queue table is a hashed subplan:
 # built once per claim, one hash probe per candidate row, and no join that could change how the
 # claim index is scanned; the queue's name is NOT NULL, so NOT IN has no NULL trap.
-_NOT_PAUSED = " AND queue NOT IN (SELECT p.name FROM django_jobs_queue_state p WHERE p.paused_at IS NOT NULL)"
+_PAUSED_QUEUES = "SELECT p.name FROM django_jobs_queue_state p WHERE p.paused_at IS NOT NULL"
+_NOT_PAUSED = f" AND queue NOT IN ({_PAUSED_QUEUES})"
 _CLAIM_FILTER = (
     "status = 'pending' AND available_at <= now() AND type = ANY(%(types)s)"
     " AND version <= (%(versions)s::int[])[array_position(%(types)s::text[], type::text)]{oldest_filter}"
@@ -123,11 +124,13 @@ _CLAIM_ANY_QUEUE = (
 # With named queues, one ordered scan of the (queue, priority, available_at, id) index per
 # queue: a `queue = ANY(...)` filter would make PostgreSQL sort every pending row of those
 # queues instead. Rows locked by a queue's subquery but cut by the outer LIMIT are unlocked
-# when this statement commits.
+# when this statement commits. A paused queue is left out before its scan: the filter on its
+# rows alone would read its whole backlog to find nothing.
 _CLAIM_NAMED_QUEUES = (
     "WITH candidates AS (SELECT c.* FROM unnest(%(queues)s::text[]) AS q(name) CROSS JOIN LATERAL ("
     f" SELECT {_CANDIDATE_COLUMNS} FROM django_jobs_job WHERE queue = q.name AND {_CLAIM_FILTER}"
     " ORDER BY priority DESC, available_at, id LIMIT %(limit)s FOR UPDATE SKIP LOCKED) c"
+    f" WHERE q.name NOT IN ({_PAUSED_QUEUES})"
     " ORDER BY c.priority DESC, c.available_at, c.id LIMIT %(limit)s)" + _CLAIM_TAIL
 )
 
