@@ -15,6 +15,7 @@ from django.db import connection, connections, transaction
 from django_jobs import enqueue, pause_queue, resume_queue
 from django_jobs.listener import CHANNEL
 from django_jobs.models import Job, Queue, QueueEvent
+from django_jobs.pool import Held
 from django_jobs.queues import InvalidQueue, paused_queues
 from django_jobs.states import JobStatus
 from django_jobs.testing import run_jobs, run_until_settled
@@ -175,3 +176,16 @@ def test_an_until_settled_worker_does_not_wait_for_a_paused_queue() -> None:
     thread.join(timeout=10)  # the paused job waits for a person, not for this worker
     assert not thread.is_alive()
     assert Job.objects.get().status == JobStatus.PENDING
+
+
+def test_jobs_prefetched_before_a_pause_are_given_back_unstarted() -> None:
+    emails, other = JobFactory(queue="emails"), JobFactory(queue="default")
+    worker = Worker(concurrency=1)  # its pool is not started: whatever it holds stays buffered
+    worker._pool.submit([Held(c, worker._lease_for(c)) for c in claim(NAMED, 100, start_now=0)])
+    pause_queue("emails", actor="ops", reason="why")
+    worker._note_paused("emails")  # what its listener does on "!paused emails"
+    worker._give_back_paused()
+    worker._flush(force=True)
+    emails.refresh_from_db()
+    assert (emails.status, emails.attempts) == (JobStatus.PENDING, 0)  # back, and no attempt used
+    assert Job.objects.get(id=other.id).status == JobStatus.RUNNING  # another queue's job stays held
