@@ -29,6 +29,7 @@ from django_jobs.transitions import CancelResult, cancel
 
 if TYPE_CHECKING:
     from django_jobs.enqueueing import enqueue, enqueue_many
+    from django_jobs.queues import pause_queue, resume_queue
 
 __all__ = [
     "Backoff",
@@ -56,14 +57,21 @@ __all__ = [
     "enqueue_many",
     "job",
     "once",
+    "pause_queue",
+    "resume_queue",
 ]
 
 
 def __getattr__(name: str) -> Any:
-    # enqueue imports the models, which cannot load before the app registry is ready; keeping
-    # it lazy lets settings and jobs.py modules import `from django_jobs import job` freely.
+    # enqueue and the queue functions import the models, which cannot load before the app
+    # registry is ready; keeping them lazy lets settings and jobs.py modules import
+    # `from django_jobs import job` freely.
     if name in ("enqueue", "enqueue_many"):
         from django_jobs import enqueueing as module
 
         return getattr(module, name)
+    if name in ("pause_queue", "resume_queue"):
+        from django_jobs import queues
+
+        return getattr(queues, name)
     raise AttributeError(f"module 'django_jobs' has no attribute {name!r}")

@@ -3,7 +3,9 @@
 Read-only by design: nobody edits a payload or a status through a form. Every action (retry,
 cancel, resolve) goes through a confirmation page, is POST with CSRF, needs its own permission
 (``retry_job``, ``cancel_job``, ``resolve_job``), runs the same guarded transition as the workers,
-and leaves a ``JobEvent`` with who and why plus a Django ``LogEntry``.
+and leaves a ``JobEvent`` with who and why plus a Django ``LogEntry``. Pausing and resuming a
+queue (from the dashboard, permission ``pause_queue``) follows the same pattern, with a
+``QueueEvent``.
 
 Built for tables of millions of rows: no full ``COUNT(*)`` (the paginator uses the planner's
 estimate on large results), filter choices come from loose index scans, every filter and the
@@ -37,9 +39,10 @@ from django.utils.html import format_html
 from django.utils.http import urlencode
 from django.views.decorators.http import require_http_methods
 
-from django_jobs import dashboard, masking, transitions
+from django_jobs import dashboard, masking, queues, transitions
 from django_jobs.conf import jobs_settings
-from django_jobs.models import Job, JobEvent
+from django_jobs.models import Job, JobEvent, Queue
+from django_jobs.registry import QUEUE_RE
 from django_jobs.states import JobStatus
 
 if TYPE_CHECKING:  # the admin classes are generic only for the type checker
@@ -245,6 +248,28 @@ ACTIONS = {
             _resolver(JobStatus.FAILED),
         ),
     )
+}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class QueueVerb:
+    label: str
+    done: str
+    effect: str  # what happens, shown on the confirmation page
+    run: Callable[..., None]  # (name, *, actor, reason)
+
+
+PAUSE_PERMISSION = "django_jobs.pause_queue"
+QUEUE_VERBS = {
+    "pause": QueueVerb(
+        "Pause", "paused",
+        "Workers stop claiming its jobs within a second. Jobs running now finish; new jobs are "
+        "still accepted and wait, with the pending ones, until the queue is resumed.",
+        queues.pause_queue,
+    ),
+    "resume": QueueVerb(
+        "Resume", "resumed", "Workers claim its waiting jobs at once.", queues.resume_queue,
+    ),
 }  # fmt: skip
 
 
@@ -497,6 +522,7 @@ class JobAdmin(ModelAdmin):
         return [
             path("dashboard/", site.admin_view(self.dashboard_view), name="django_jobs_job_dashboard"),
             path("act/<str:action_name>/", site.admin_view(self.action_view), name="django_jobs_job_action"),
+            path("queue/<str:verb>/", site.admin_view(self.queue_action_view), name="django_jobs_queue"),
             *super().get_urls(),
         ]
 
@@ -588,6 +614,50 @@ class JobAdmin(ModelAdmin):
         if not jobs:
             messages.warning(request, f"{action.label}: none of the selected jobs was eligible.")
 
+    # ---- queues: pause and resume ------------------------------------------------------------
+
+    @method_decorator(require_http_methods(["GET", "POST"]))
+    def queue_action_view(self, request: HttpRequest, verb: str) -> HttpResponse:
+        """Pause or resume one queue (``?queue=NAME``): a confirmation page, then the audited
+        transition, as for the jobs' actions."""
+        if not self.has_view_permission(request):
+            return self.forbidden(request, "You may not see jobs.", "django_jobs.view_job")
+        if verb not in QUEUE_VERBS:
+            return HttpResponseBadRequest(f"unknown queue action {verb!r}")
+        if not request.user.has_perm(PAUSE_PERMISSION):
+            return self.forbidden(request, f"You may see jobs but not {verb} queues.", PAUSE_PERMISSION)
+        name = (request.POST if request.method == "POST" else request.GET).get("queue", "")
+        if not QUEUE_RE.fullmatch(name):
+            return HttpResponseBadRequest("queue must be a queue's name")
+        reason = request.POST.get("reason", "").strip() if request.method == "POST" else ""
+        error = _reason_problem(reason) if request.method == "POST" else None
+        if request.method == "POST" and error is None:
+            try:
+                with _audited_transaction():
+                    QUEUE_VERBS[verb].run(name, actor=request.user.get_username(), reason=reason)
+                    queue = Queue.objects.using(jobs_settings.DATABASE).get(name=name)
+                    # The admin's log takes any model's row; only the stubs tie it to Job.
+                    self.log_change(request, queue, f"{QUEUE_VERBS[verb].done}: {reason}")  # type: ignore[arg-type]
+            except (queues.InvalidQueue, transitions.ActionRefused) as exc:
+                messages.warning(request, str(exc))
+            else:
+                messages.success(request, f"Queue {name} {QUEUE_VERBS[verb].done}.")
+            dashboard_url = reverse(f"{self.admin_site.name}:django_jobs_job_dashboard")
+            return HttpResponseRedirect(f"{dashboard_url}#queues")
+        context = {
+            **self.admin_site.each_context(request),
+            "opts": self.opts,
+            "title": f"{QUEUE_VERBS[verb].label} queue {name}: confirm",
+            "verb": QUEUE_VERBS[verb],
+            "queue": name,
+            "paused": next((q for q in queues.paused_queues() if q.name == name), None),
+            "reason": reason,
+            "error": error,
+        }
+        return TemplateResponse(
+            request, "admin/django_jobs/job/confirm_queue_action.html", context, status=400 if error else 200
+        )
+
     # ---- dashboard --------------------------------------------------------------------------
 
     def dashboard_view(self, request: HttpRequest) -> HttpResponse:
@@ -598,6 +668,7 @@ class JobAdmin(ModelAdmin):
             "opts": self.opts,
             "title": "Jobs dashboard",
             "board": dashboard.build(),
+            "can_pause": request.user.has_perm(PAUSE_PERMISSION),
             "heartbeat_interval": jobs_settings.HEARTBEAT_INTERVAL,
         }
         return TemplateResponse(request, "admin/django_jobs/job/dashboard.html", context)

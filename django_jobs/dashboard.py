@@ -29,6 +29,10 @@ class QueueRow:
     failed: int = 0
     needs_review: int = 0
     oldest_due_seconds: float | None = None
+    #: Set while the queue is paused, with who paused it and why.
+    paused_at: dt.datetime | None = None
+    paused_by: str | None = None
+    pause_reason: str | None = None
 
 
 @dataclass
@@ -71,6 +75,7 @@ _PROBLEMS = """
 SELECT queue, status, count(*) FROM django_jobs_job
 WHERE status IN ('failed', 'needs_review') GROUP BY queue, status
 """
+_PAUSED = "SELECT name, paused_at, paused_by, reason FROM django_jobs_queue_state WHERE paused_at IS NOT NULL"
 _THROUGHPUT = """
 SELECT date_trunc('minute', finished_at) AS minute, count(*) FROM django_jobs_job
 WHERE status = 'completed' AND finished_at > now() - interval '1 hour'
@@ -133,6 +138,14 @@ def build() -> Dashboard:
         for name, status, count in cursor.fetchall():
             row = queues.setdefault(name, QueueRow(name))
             setattr(row, status, count)
+        # Idle queues too, so that they can be paused ahead of time: those the job types name,
+        # and paused ones.
+        for job_type in registry.all():
+            queues.setdefault(job_type.default_queue, QueueRow(job_type.default_queue))
+        cursor.execute(_PAUSED)
+        for name, paused_at, paused_by, reason in cursor.fetchall():
+            row = queues.setdefault(name, QueueRow(name))
+            row.paused_at, row.paused_by, row.pause_reason = paused_at, paused_by, reason
         cursor.execute(_THROUGHPUT)
         throughput = [(minute, count) for minute, count in cursor.fetchall()]
         cursor.execute(_FAILURES)

@@ -1,9 +1,11 @@
 """The worker's ear: one connection that LISTENs on the ``django_jobs`` channel.
 
-Triggers on the job table (migration 0004) notify whenever a job becomes pending: the payload
+Triggers on the job table (migration 0005) notify whenever a job becomes pending: the payload
 is its queue, followed by the seconds until it is due when it is not due yet. The listener
 wakes the worker's claim loop for a job due now in a queue it serves, and tells it when the
-next scheduled one will be due, so an idle worker neither polls nor misses anything.
+next scheduled one will be due, so an idle worker neither polls nor misses anything. A resumed
+queue wakes it too; a paused one is reported, so the worker gives back what it prefetched of it
+(the claim itself skips paused queues, so a missed pause notification costs nothing else).
 
 Notifications on a live connection are not lost; a connection that dies is reconnected with a
 back-off, LISTENs again, and the worker claims at once (what was enqueued meanwhile was never
@@ -30,6 +32,10 @@ from django_jobs.conf import jobs_settings
 logger = logging.getLogger("django_jobs.listener")
 
 CHANNEL = "django_jobs"
+#: A pause or a resume of a queue (migration 0006): ``!paused NAME`` or ``!resumed NAME``. No
+#: queue name starts with "!", so these are never taken for a queue with new jobs.
+QUEUE_STATE_MARK = "!"
+QUEUE_PAUSED, QUEUE_RESUMED = "!paused", "!resumed"
 #: A silent connection is checked (SELECT 1) this often: a peer gone without a word (a dropped
 #: network path) would otherwise keep the listener waiting forever.
 KEEPALIVE = 30.0
@@ -46,11 +52,13 @@ class Listener(threading.Thread):
         wake: Callable[[], None],
         due_in: Callable[[float], None],
         stop: threading.Event,
+        paused: Callable[[str], None] | None = None,
     ) -> None:
         super().__init__(name="django_jobs-listener", daemon=True)
         self._queues = frozenset(queues)
         self._wake = wake
         self._due_in = due_in
+        self._paused = paused
         self._stop_event = stop
         #: Set while LISTEN is in place on a live connection: the worker may then stop polling.
         self.listening = threading.Event()
@@ -91,6 +99,9 @@ class Listener(threading.Thread):
                 quiet_since = time.monotonic()
 
     def _hear(self, payload: str) -> None:
+        if payload.startswith(QUEUE_STATE_MARK):
+            self._hear_queue_state(payload)
+            return
         queue, _, due_in = payload.partition(" ")
         if self._queues and queue not in self._queues:
             return
@@ -102,6 +113,16 @@ class Listener(threading.Thread):
         except ValueError:
             return  # not ours: someone else NOTIFYs on the channel
         self._due_in(max(0.0, seconds))
+
+
+    def _hear_queue_state(self, payload: str) -> None:
+        state, _, queue = payload.partition(" ")
+        if self._queues and queue not in self._queues:
+            return
+        if state == QUEUE_RESUMED:
+            self._wake()  # its jobs waited: claim them now, not at the next poll
+        elif state == QUEUE_PAUSED and self._paused is not None:
+            self._paused(queue)
 
 
 def _connection_params() -> dict[str, Any]:

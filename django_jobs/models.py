@@ -13,6 +13,7 @@ from django.db import connections, models
 from django.db.models import Q
 from django.db.models.functions import Now
 
+from django_jobs.registry import QUEUE_PATTERN
 from django_jobs.states import ACTIVE_STATUSES, KEY_HOLDING_STATUSES, EventKind, JobStatus
 
 
@@ -276,3 +277,58 @@ class LiveWorker(models.Model):
 
     def __str__(self) -> str:
         return self.worker_id
+
+
+class Queue(models.Model):
+    """A queue an operator paused (and perhaps resumed since): the claim skips the jobs of a
+    queue whose ``paused_at`` is set. A queue that was never paused has no row.
+
+    Written only by ``transitions.queues``; each pause and resume is also a ``QueueEvent``.
+    """
+
+    name = models.CharField(max_length=100, primary_key=True)
+    #: Set while the queue is paused; NULL once it is resumed.
+    paused_at = models.DateTimeField(null=True, blank=True)
+    paused_by = models.CharField(max_length=150, null=True, blank=True)
+    reason = models.TextField(null=True, blank=True, help_text="Why it was paused.")
+
+    class Meta:
+        # "django_jobs_queue" is the name of an index on the job table.
+        db_table = "django_jobs_queue_state"
+        ordering = ("name",)
+        permissions = (("pause_queue", "Can pause and resume queues"),)
+        constraints = (
+            # Pause notifications carry the name after a marker no queue name can start with.
+            models.CheckConstraint(
+                condition=Q(name__regex=QUEUE_PATTERN), name="django_jobs_queue_name_valid"
+            ),
+            models.CheckConstraint(
+                condition=Q(paused_at__isnull=True) | Q(paused_by__isnull=False, reason__isnull=False),
+                name="django_jobs_queue_pause_says_who_and_why",
+            ),
+        )
+
+    def __str__(self) -> str:
+        return f"queue {self.name} ({'paused' if self.paused_at else 'running'})"
+
+
+class QueueEvent(models.Model):
+    """One pause or resume of a queue, with who and why. Rows are only ever inserted."""
+
+    class Kind(models.TextChoices):
+        PAUSED = "paused", "Paused"
+        RESUMED = "resumed", "Resumed"
+
+    id = models.BigAutoField(primary_key=True)
+    queue = models.CharField(max_length=100)
+    kind = models.CharField(max_length=20, choices=Kind.choices)
+    actor = models.CharField(max_length=150)
+    reason = models.TextField()
+    created_at = models.DateTimeField(db_default=Now())
+
+    class Meta:
+        ordering = ("queue", "id")
+        indexes = (models.Index(fields=["queue", "id"], name="django_jobs_queue_event"),)
+
+    def __str__(self) -> str:
+        return f"{self.kind} queue={self.queue} by {self.actor}"

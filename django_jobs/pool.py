@@ -125,6 +125,14 @@ class ExecutorPool:
                 taken.append(self._buffer.popleft())
             return taken
 
+    def take_buffered_of(self, queues: set[str]) -> list[Held]:
+        """Remove the buffered jobs of these queues (they were paused): none of them started."""
+        with self._lock:
+            taken = [held for held in self._buffer if held.claim.queue in queues]
+            if taken:
+                self._buffer = collections.deque(h for h in self._buffer if h.claim.queue not in queues)
+            return taken
+
     def replace_stuck(self) -> list[Held]:
         """Declare stuck the slots whose job is past its deadline + ``STUCK_GRACE``; give each a
         new thread while fewer than ``concurrency`` stuck threads are carried. Returns the

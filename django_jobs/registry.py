@@ -22,7 +22,8 @@ Handler = Callable[["JobContext", dict[str, Any]], Any]
 H = TypeVar("H", bound=Handler)
 
 NAME_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.:-]{0,199}$")
-QUEUE_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.:-]{0,99}$")
+QUEUE_PATTERN = r"^[A-Za-z0-9_][A-Za-z0-9_.:-]{0,99}$"
+QUEUE_RE = re.compile(QUEUE_PATTERN)
 PRIORITY_RANGE = range(-100, 101)  # the range of Django's Tasks framework; higher runs first
 ON_LOST_CHOICES = ("retry", "reconcile", "needs_review")
 

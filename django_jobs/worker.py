@@ -244,9 +244,17 @@ class Worker:
         self._due: list[float] = []
         self._held_by_queue: collections.Counter[str] = collections.Counter()  # under _lock
         self._turn = 0  # which served queue comes first in the next claim
+        # Queues the listener heard paused, whose prefetched jobs are to be given back.
+        self._paused: set[str] = set()
         # A worker that runs until stopped listens; one that drains and exits polls.
         self._listener = (
-            Listener(self.queues, wake=self._wake.set, due_in=self._note_due, stop=self._stopping)
+            Listener(
+                self.queues,
+                wake=self._wake.set,
+                due_in=self._note_due,
+                stop=self._stopping,
+                paused=self._note_paused,
+            )
             if jobs_settings.NOTIFY and not (burst or until_settled)
             else None
         )
@@ -314,6 +322,7 @@ class Worker:
             try:
                 self._flush(force=False)
                 self._give_back_overdue()
+                self._give_back_paused()
                 # A turn that only looks at the signals (see below) claims nothing.
                 looked = woken or time.monotonic() >= claim_at
                 claimed = self._claim_if_room() if looked else 0
@@ -371,6 +380,24 @@ class Worker:
                 # schedule would cost memory for nothing.
                 self._due = heapq.nsmallest(_MAX_TIMERS // 2, self._due)
         self._wake.set()
+
+    def _note_paused(self, queue: str) -> None:
+        """The listener heard that ``queue`` was paused: its next claims skip it already."""
+        with self._lock:
+            self._paused.add(queue)
+        self._wake.set()
+
+    def _give_back_paused(self) -> None:
+        """Give back the prefetched jobs of queues paused since their claim: a pause stops
+        what has not started; what runs finishes."""
+        with self._lock:
+            paused, self._paused = self._paused, set()
+        held = self._pool.take_buffered_of(paused) if paused else []
+        if held:
+            logger.info(
+                "giving back %s prefetched job(s) of paused queue(s) %s", len(held), ",".join(sorted(paused))
+            )
+            self._give_back(held)
 
     def _nothing_active(self) -> bool:
         """No job this worker could ever run is pending (now or later) or running."""

@@ -9,6 +9,7 @@ Time is always the database's ``now()``.
 - ``execution``: the writes of one execution (claim, heartbeat, progress, checkpoint, outcome —
   a release is an outcome too) — the hot path;
 - ``operator``: what people do (cancel, manual retry, resolve), with actor and reason;
+- ``queues``: what people do to queues (pause, resume), with actor and reason;
 - ``recovery``: the reaper's writes (expired leases, retention);
 - ``workers``: worker processes reporting themselves alive.
 """
@@ -34,6 +35,8 @@ from django_jobs.transitions.operator import (
     manual_retry,
     resolve,
 )
+from django_jobs.transitions.queues import pause as pause_queue
+from django_jobs.transitions.queues import resume as resume_queue
 from django_jobs.transitions.recovery import Expired, Recovery, prune, recover_expired
 from django_jobs.transitions.workers import any_active, forget_worker, report_worker
 
@@ -55,10 +58,12 @@ __all__ = [
     "forget_worker",
     "heartbeat",
     "manual_retry",
+    "pause_queue",
     "prune",
     "recover_expired",
     "report_worker",
     "resolve",
+    "resume_queue",
     "set_checkpoint",
     "set_progress",
     "write_outcomes",

@@ -75,10 +75,15 @@ _CLAIM_COLUMNS = (
     " j.unique_key, j.checkpoint, j.priority, j.available_at, j.last_error_code, j.on_lost,"
     " next.start, extract(epoch FROM now())::float8"
 )
+# Jobs of a paused queue stay pending. NOT IN over the tiny queue table is a hashed subplan:
+# built once per claim, one hash probe per candidate row, and no join that could change how the
+# claim index is scanned; the queue's name is NOT NULL, so NOT IN has no NULL trap.
+_PAUSED_QUEUES = "SELECT p.name FROM django_jobs_queue_state p WHERE p.paused_at IS NOT NULL"
+_NOT_PAUSED = f" AND queue NOT IN ({_PAUSED_QUEUES})"
 _CLAIM_FILTER = (
     "status = 'pending' AND available_at <= now() AND type = ANY(%(types)s)"
     " AND version <= (%(versions)s::int[])[array_position(%(types)s::text[], type::text)]{oldest_filter}"
-)
+) + _NOT_PAUSED
 # Only when some type cannot read its oldest versions: an extra range test on version makes the
 # planner expect fewer rows, and it may then trade the ordered scan of the claim index for a
 # bitmap scan and a sort.
@@ -124,13 +129,15 @@ _CLAIM_ANY_QUEUE = (
 # comes before the second of any, in the order of %(queues)s, which the worker rotates from one
 # claim to the next. So a backlog in one queue never holds back a job of another, and
 # priorities order jobs within a queue. Rows locked by a queue's subquery but cut by the outer
-# LIMIT are unlocked when this statement commits.
+# LIMIT are unlocked when this statement commits. A paused queue is left out before its scan: the
+# filter on its rows alone would read its whole backlog to find nothing.
 _CLAIM_NAMED_QUEUES = (
     "WITH candidates AS (SELECT c.* FROM unnest(%(queues)s::text[], %(rooms)s::int[])"
     " WITH ORDINALITY AS q(name, room, turn) CROSS JOIN LATERAL ("
     " SELECT x.*, row_number() OVER () AS rank FROM ("
     f" SELECT {_CANDIDATE_COLUMNS} FROM django_jobs_job WHERE queue = q.name AND {_CLAIM_FILTER}"
     " ORDER BY priority DESC, available_at, id LIMIT q.room FOR UPDATE SKIP LOCKED) x) c"
+    f" WHERE q.name NOT IN ({_PAUSED_QUEUES})"
     " ORDER BY c.rank, q.turn LIMIT %(limit)s)" + _CLAIM_TAIL
 )
 

@@ -30,8 +30,12 @@ def forget_worker(worker_id: str) -> None:
 
 
 def any_active(*, types: list[str], queues: list[str]) -> bool:
-    """Whether a job of these types (in these queues; empty: any) is pending or running."""
-    sql = "SELECT 1 FROM django_jobs_job WHERE status IN ('pending', 'running') AND type = ANY(%s)"
+    """Whether a job of these types (in these queues; empty: any) is running, or pending in a
+    queue that is not paused (a paused queue's jobs wait for a person, not for a worker)."""
+    sql = (
+        "SELECT 1 FROM django_jobs_job WHERE type = ANY(%s) AND (status = 'running' OR status = 'pending'"
+        " AND queue NOT IN (SELECT name FROM django_jobs_queue_state WHERE paused_at IS NOT NULL))"
+    )
     params: list[Any] = [types]
     if queues:
         sql += " AND queue = ANY(%s)"
