@@ -21,9 +21,11 @@ if TYPE_CHECKING:
 Handler = Callable[["JobContext", dict[str, Any]], Any]
 H = TypeVar("H", bound=Handler)
 
-NAME_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.:-]{0,199}$")
+#: A queue name, as PostgreSQL checks it (its "$" is the end of the string).
 QUEUE_PATTERN = r"^[A-Za-z0-9_][A-Za-z0-9_.:-]{0,99}$"
-QUEUE_RE = re.compile(QUEUE_PATTERN)
+# In Python, \Z: "$" also matches before a trailing newline, and "emails\n" is not a name.
+NAME_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.:-]{0,199}\Z")
+QUEUE_RE = re.compile(QUEUE_PATTERN.removesuffix("$") + r"\Z")
 PRIORITY_RANGE = range(-100, 101)  # the range of Django's Tasks framework; higher runs first
 ON_LOST_CHOICES = ("retry", "reconcile", "needs_review")
 

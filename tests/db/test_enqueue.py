@@ -177,3 +177,10 @@ def test_enqueue_many_in_large_batches_is_all_or_nothing() -> None:
 
 def test_enqueue_many_of_nothing_is_nothing() -> None:
     assert enqueue_many("test.noop", []) == []
+
+
+@pytest.mark.parametrize("queue", ["emails\n", "emails\n\n"])
+def test_a_queue_name_with_a_trailing_newline_is_refused(queue: str) -> None:
+    with pytest.raises(InvalidOption, match="queue"):
+        enqueue("test.noop", {}, queue=queue)
+    assert not Job.objects.exists()
