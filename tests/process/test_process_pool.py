@@ -14,6 +14,8 @@ from django_jobs.states import EventKind, JobStatus
 from testproject.testjobs.models import BusinessRow
 from tests.process.workers import WorkerProcess, wait_for
 
+ROOMY_LEASE = {"DJANGO_JOBS_LEASE_TIMEOUT": "5", "DJANGO_JOBS_HEARTBEAT_INTERVAL": "0.5"}
+
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
 
@@ -40,7 +42,9 @@ def test_a_handler_stuck_past_its_deadline_is_killed_retried_and_its_child_repla
     worker_env: dict[str, str],
 ) -> None:
     stuck = enqueue("test.sleep_forever", {})
-    worker = WorkerProcess(worker_env, "--pool", "process", "--concurrency", "1")
+    # A lease well past the deadline: the kill at the deadline, not the reaper, must end the
+    # attempt, even on a machine so busy that the kill and its write take a while.
+    worker = WorkerProcess({**worker_env, **ROOMY_LEASE}, "--pool", "process", "--concurrency", "1")
     try:
         wait_for(lambda: _status(stuck) == JobStatus.FAILED, timeout=30, what="two attempts to be killed")
         after = enqueue("test.noop", {})
@@ -125,7 +129,7 @@ def test_a_deadline_counts_from_when_the_child_has_the_job_not_from_its_start_up
     """timeout=0.3 s is shorter than a new child takes to set Django up: the retry after a
     kill must still really run in the replacement child, not be killed while it starts."""
     job = enqueue("test.hung", {"seconds": 60})
-    worker = WorkerProcess(worker_env, "--pool", "process")
+    worker = WorkerProcess({**worker_env, **ROOMY_LEASE}, "--pool", "process")
     try:
         wait_for(lambda: _status(job) == JobStatus.FAILED, timeout=30, what="both attempts to be killed")
     finally:
