@@ -196,7 +196,9 @@ class Worker:
             versions={name: t.version for name, t in self.job_types.items()},
             leases={name: t.lease for name, t in self.job_types.items()},
             oldest={name: t.oldest_readable_version for name, t in self.job_types.items()},
+            rate_limits={name: t.rate_limit for name, t in self.job_types.items() if t.rate_limit},
         )
+        self._rate_windows_open = not self._statement.rate_limited
 
         # How long a prefetched job may wait for a slot before it is given back: well within
         # the shortest lease (a buffered job's lease is not extended), and long enough that a
@@ -379,6 +381,9 @@ class Worker:
         # but never leave a slot idle while jobs may be waiting.
         if held >= target or (idle <= buffered and held > target // 2):
             return 0
+        if not self._rate_windows_open:
+            transitions.open_rate_windows(self._statement.rate_limited)
+            self._rate_windows_open = True
         started = time.perf_counter()
         claims = transitions.claim(self._statement, target - held, start_now=max(0, idle - buffered))
         elapsed = time.perf_counter() - started

@@ -22,6 +22,7 @@ from django_jobs.transitions.execution import (
     claim,
     cut_leases,
     heartbeat,
+    open_rate_windows,
     set_checkpoint,
     set_progress,
     write_outcomes,
@@ -34,7 +35,7 @@ from django_jobs.transitions.operator import (
     manual_retry,
     resolve,
 )
-from django_jobs.transitions.recovery import Expired, Recovery, prune, recover_expired
+from django_jobs.transitions.recovery import Expired, Recovery, forget_idle_keys, prune, recover_expired
 from django_jobs.transitions.workers import any_active, forget_worker, report_worker
 
 __all__ = [
@@ -52,9 +53,11 @@ __all__ = [
     "cancel_requested_among",
     "claim",
     "cut_leases",
+    "forget_idle_keys",
     "forget_worker",
     "heartbeat",
     "manual_retry",
+    "open_rate_windows",
     "prune",
     "recover_expired",
     "report_worker",

@@ -16,6 +16,7 @@ from typing import Any
 from django.db import connections, transaction
 
 from django_jobs.conf import jobs_settings
+from django_jobs.limits import RateLimit
 from django_jobs.states import JobStatus
 
 
@@ -97,12 +98,13 @@ _OLDEST_FILTER = " AND version >= (%(oldest)s::int[])[array_position(%(types)s::
 # already lost once before its start was recorded (so that a job that kills its worker at once
 # still uses up its attempts). Rows locked here but left out are unlocked at commit.
 # `row_number() OVER ()` numbers the candidates in the order the ordered scan produced them
-# (PostgreSQL's window aggregate keeps its input order), without sorting them again.
+# (PostgreSQL's window aggregate keeps its input order), without sorting them again; the
+# filters between candidates and ranked keep that order too.
 _CLAIM_TAIL = (
-    ", ranked AS (SELECT id, row_number() OVER () <= %(start_now)s AS start,"
+    "{admit_keys}, ranked AS (SELECT *, row_number() OVER () <= %(start_now)s AS start,"
     " on_lost = 'retry' AND last_error_code IS DISTINCT FROM 'LOST_UNSTARTED' AS prefetchable"
-    " FROM candidates),"
-    " next AS (SELECT id, start FROM ranked WHERE start OR prefetchable)"
+    " FROM admitted),"
+    " chosen AS (SELECT * FROM ranked WHERE start OR prefetchable){admit_rates}"
     " UPDATE django_jobs_job j SET status = 'running', attempts = j.attempts + next.start::int,"
     " worker_id = %(worker)s, execution_id = gen_random_uuid(),"
     " started_at = CASE WHEN next.start THEN now() END, heartbeat_at = now(),"
@@ -110,7 +112,9 @@ _CLAIM_TAIL = (
     "secs => (%(leases)s::float8[])[array_position(%(types)s::text[], j.type::text)])"
     f" FROM next WHERE j.id = next.id RETURNING {_CLAIM_COLUMNS}"
 )
-_CANDIDATE_COLUMNS = "id, priority, available_at, on_lost, last_error_code"
+_CANDIDATE_COLUMNS = (
+    "id, priority, available_at, on_lost, last_error_code, type, queue, concurrency_key, concurrency_limit"
+)
 _CLAIM_ANY_QUEUE = (
     f"WITH candidates AS (SELECT {_CANDIDATE_COLUMNS} FROM django_jobs_job WHERE {_CLAIM_FILTER}"
     " ORDER BY priority DESC, available_at, id LIMIT %(limit)s FOR UPDATE SKIP LOCKED)"
@@ -127,13 +131,84 @@ _CLAIM_NAMED_QUEUES = (
     " ORDER BY c.priority DESC, c.available_at, c.id LIMIT %(limit)s)" + _CLAIM_TAIL
 )
 
+# ---- concurrency keys -----------------------------------------------------------------------
+#
+# A key's running count lives in its django_jobs_concurrencykey row, kept by triggers on every
+# move into or out of running (migration 0006). The candidate scan leaves out keys at their
+# limit as this statement's snapshot sees them, so that a busy key never fills a batch with
+# jobs that cannot start; that snapshot may be stale, so it is only a shortcut. The decision is
+# taken on the key's row, locked: FOR UPDATE returns the newest committed version of a row
+# (READ COMMITTED re-reads it), so the count is exact, and SKIP LOCKED passes over a key
+# another claim (or an outcome) is changing right now instead of waiting for it. A key that
+# has no row yet gets one from this statement: if a concurrent claim is creating it too, the
+# INSERT waits for that claim and then does nothing, and the key waits for the next claim.
+# Keys are inserted in order, so claims waiting for each other's new keys never form a cycle.
+_KEY_ROOM_FILTER = (
+    " AND (concurrency_key IS NULL OR concurrency_limit > COALESCE((SELECT running"
+    " FROM django_jobs_concurrencykey WHERE (type, key) = (django_jobs_job.type, concurrency_key)), 0))"
+)
+_ADMIT_KEYS = (
+    ", held AS (SELECT * FROM django_jobs_concurrencykey WHERE (type, key) IN"
+    " (SELECT type, concurrency_key FROM candidates) FOR UPDATE SKIP LOCKED),"
+    " opened AS (INSERT INTO django_jobs_concurrencykey (type, key, running)"
+    " SELECT DISTINCT type, concurrency_key, 0 FROM candidates WHERE concurrency_key IS NOT NULL"
+    " AND (type, concurrency_key) NOT IN (SELECT type, key FROM held) ORDER BY 1, 2"
+    " ON CONFLICT DO NOTHING RETURNING *),"
+    " keyed AS (SELECT c.id FROM (SELECT *, row_number() OVER (PARTITION BY type, concurrency_key"
+    " ORDER BY priority DESC, available_at, id) AS nth FROM candidates WHERE concurrency_key IS NOT NULL)"
+    " c JOIN (SELECT * FROM held UNION ALL SELECT * FROM opened) k"
+    " ON (k.type, k.key) = (c.type, c.concurrency_key) WHERE nth <= concurrency_limit - running),"
+    " admitted AS (SELECT * FROM candidates WHERE concurrency_key IS NULL OR id IN (SELECT id FROM keyed))"
+)
+
+# ---- rate limits ----------------------------------------------------------------------------
+#
+# Only in the statement of a worker that knows a rate-limited type. A type's window row holds
+# the times of its starts within the window; a job may start if fewer than the limit are more
+# recent than now() minus the window, which bounds the starts in *any* window of that length,
+# not only in aligned ones. The row is locked as a key's is (exact, never waited for), and
+# written only when starts are taken. A rate-limited job is never prefetched: its claim is its
+# start. The candidate scan leaves out types whose window is full as the snapshot sees it.
+# The window rows are created before the claims need them (see open_rate_windows).
+# When a claim fills a window, it notifies the queues of that type's jobs it saw with the
+# seconds until the window's oldest start expires, so that listening workers claim again then.
+_RATE_LIMITS = (
+    "unnest(%(rate_types)s::text[], %(rate_counts)s::int[], %(rate_seconds)s::float8[]) r(t, cap, secs)"
+)
+_RATE_ROOM_FILTER = (
+    f" AND type <> ALL(ARRAY(SELECT t FROM django_jobs_ratewindow JOIN {_RATE_LIMITS} ON t = type"
+    " WHERE (SELECT count(*) FROM unnest(starts) x WHERE x > now() - make_interval(secs => secs)) >= cap))"
+)
+_ADMIT_RATES = (
+    ", rated AS (SELECT c.*, cap, secs, row_number() OVER (PARTITION BY type"
+    " ORDER BY start DESC, priority DESC, available_at, id) AS nth"
+    f" FROM chosen c JOIN {_RATE_LIMITS} ON t = type),"
+    " granted AS (SELECT w.type, max(cap) AS cap, max(secs) AS secs, array_agg(DISTINCT queue) AS queues,"
+    " max(recent) AS recent,"
+    " LEAST(count(*) FILTER (WHERE start), max(cap) - max(cardinality(recent)))::int AS k"
+    " FROM rated JOIN (SELECT * FROM django_jobs_ratewindow WHERE type IN (SELECT type FROM rated)"
+    " FOR UPDATE SKIP LOCKED) w USING (type), LATERAL (SELECT ARRAY(SELECT x FROM unnest(w.starts) x"
+    " WHERE x > now() - make_interval(secs => secs) ORDER BY x) recent) o GROUP BY w.type),"
+    " spent AS (UPDATE django_jobs_ratewindow w SET starts = recent || array_fill(now(), ARRAY[k])"
+    " FROM granted g WHERE w.type = g.type AND k > 0 RETURNING (SELECT count(pg_notify('django_jobs',"
+    " q || ' ' || round(extract(epoch FROM w.starts[1] + make_interval(secs => secs) - now()), 3)))"
+    " FROM unnest(queues) q WHERE cardinality(w.starts) >= cap)),"
+    " next AS (SELECT id, start FROM chosen WHERE id NOT IN (SELECT id FROM rated) OR id IN"
+    " (SELECT id FROM rated JOIN granted USING (type) WHERE nth <= k))"
+)
+_NO_RATES = ", next AS (SELECT id, start FROM chosen)"
+_ENSURE_RATE_WINDOWS = (
+    "INSERT INTO django_jobs_ratewindow (type, starts) SELECT unnest(%s::text[]), '{}' ON CONFLICT DO NOTHING"
+)
+
 
 class ClaimStatement:
     """The claim of one worker: built once for its queues and the job types it knows.
 
     ``versions`` maps each type to the newest payload version the worker can decode, and
     ``oldest`` to the oldest its upcasters reach (default: 1); ``leases`` maps it to the lease
-    its executions get (default ``LEASE_TIMEOUT``).
+    its executions get (default ``LEASE_TIMEOUT``); ``rate_limits`` to the type's rate limit,
+    if it has one. Concurrency keys need nothing: their limits are stored on the jobs.
     """
 
     def __init__(
@@ -143,6 +218,7 @@ class ClaimStatement:
         versions: dict[str, int],
         leases: dict[str, float] | None = None,
         oldest: dict[str, int] | None = None,
+        rate_limits: dict[str, RateLimit] | None = None,
     ) -> None:
         if not versions:
             raise ValueError("a worker that knows no job type can claim nothing")
@@ -151,7 +227,12 @@ class ClaimStatement:
         oldest = oldest or {}
         template = _CLAIM_NAMED_QUEUES if queues else _CLAIM_ANY_QUEUE
         gaps = any(oldest.get(name, 1) > 1 for name in names)
-        template = template.replace("{oldest_filter}", _OLDEST_FILTER if gaps else "")
+        rates = {name: limit for name, limit in (rate_limits or {}).items() if name in versions}
+        # The filters of keys and rate windows join the version filters at the end of
+        # _CLAIM_FILTER; the rate-limit parts are left out of a worker that needs none.
+        filters = (_OLDEST_FILTER if gaps else "") + _KEY_ROOM_FILTER + (_RATE_ROOM_FILTER if rates else "")
+        template = template.replace("{oldest_filter}", filters).replace("{admit_keys}", _ADMIT_KEYS)
+        template = template.replace("{admit_rates}", _ADMIT_RATES if rates else _NO_RATES)
         # Per-type values travel as arrays aligned with `types`: the statement's text stays the
         # same size however many types a worker knows, so psycopg keeps its parsed form cached
         # (it caches statements up to 4 KiB; one CASE branch per type outgrew that).
@@ -164,6 +245,12 @@ class ClaimStatement:
             "oldest": [oldest.get(name, 1) for name in names],
             "leases": [float(leases.get(name, jobs_settings.LEASE_TIMEOUT)) for name in names],
         }
+        #: The rate-limited types this statement claims, whose window rows must exist.
+        self.rate_limited = sorted(rates)
+        if rates:
+            self._params["rate_types"] = self.rate_limited
+            self._params["rate_counts"] = [rates[name].count for name in self.rate_limited]
+            self._params["rate_seconds"] = [rates[name].seconds for name in self.rate_limited]
 
     def params(self, limit: int, start_now: int | None = None) -> dict[str, Any]:
         return {**self._params, "limit": limit, "start_now": limit if start_now is None else start_now}
@@ -180,6 +267,17 @@ def claim(statement: ClaimStatement, limit: int, start_now: int | None = None) -
     # Counted ones first: they are the ones the claim meant for idle threads.
     claims.sort(key=lambda c: (not c.counted, -c.priority, c.available_at, c.id))
     return claims
+
+
+def open_rate_windows(types: Sequence[str]) -> None:
+    """Create the window rows of these rate-limited types, if missing.
+
+    The claim starts no job of a type whose window row is missing: a worker creates its
+    types' rows before its first claim, and the reaper creates them again if they were deleted.
+    """
+    if types:
+        with connections[jobs_settings.DATABASE].cursor() as cursor:
+            cursor.execute(_ENSURE_RATE_WINDOWS, [list(types)])
 
 
 # One statement writes any mix of outcomes: the guarded UPDATE moves the rows still owned by

@@ -133,3 +133,20 @@ def prune(status: str, older_than: float, limit: int) -> int:
     with connections[jobs_settings.DATABASE].cursor() as cursor:
         cursor.execute(_PRUNE, [status, older_than, limit])
         return int(cursor.rowcount)
+
+
+# A key's row is only needed while jobs of the key run: the claim creates it again when it
+# next starts one. SKIP LOCKED leaves alone a row a claim is deciding on, and the locked row's
+# newest version is tested again (READ COMMITTED), so a key a claim just took is never deleted.
+_FORGET_IDLE_KEYS = """
+DELETE FROM django_jobs_concurrencykey WHERE id IN (
+    SELECT id FROM django_jobs_concurrencykey WHERE running = 0 LIMIT %s FOR UPDATE SKIP LOCKED
+)
+"""
+
+
+def forget_idle_keys(limit: int) -> int:
+    """Delete up to ``limit`` rows of concurrency keys with no running job."""
+    with connections[jobs_settings.DATABASE].cursor() as cursor:
+        cursor.execute(_FORGET_IDLE_KEYS, [limit])
+        return int(cursor.rowcount)
