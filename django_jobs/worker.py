@@ -305,7 +305,12 @@ class Worker:
             except DATABASE_UNAVAILABLE as exc:
                 db_retry = self._database_unavailable(exc, db_retry)
                 continue
-            buffered, running, _ = self._pool.counts()
+            buffered, running, idle = self._pool.counts()
+            if claimed and idle > buffered:
+                # Slots are left idle although the claim found jobs: it may have passed over
+                # jobs of a busy concurrency key that filled its batch. Look again at once; a
+                # claim that finds nothing ends this.
+                continue
             with self._lock:
                 unwritten = bool(self._finished)
             settled = not buffered and not running and claimed == 0 and not unwritten
