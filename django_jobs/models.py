@@ -181,6 +181,12 @@ class Job(models.Model):
             models.Index(
                 fields=["unique_key"], name="django_jobs_unique_key", condition=Q(unique_key__isnull=False)
             ),
+            # The claim counts the running jobs of each concurrency key it starts jobs of.
+            models.Index(
+                fields=["type", "concurrency_key"],
+                name="django_jobs_key_running",
+                condition=Q(status=JobStatus.RUNNING, concurrency_key__isnull=False),
+            ),
         )
         constraints = (
             models.UniqueConstraint(
@@ -215,17 +221,20 @@ class Job(models.Model):
 
 
 class ConcurrencyKey(models.Model):
-    """How many jobs of a type with a given concurrency key are running.
+    """The lock that serializes the claims of one concurrency key of a job type.
 
-    Kept by triggers on the job table (migration 0006) on every move into or out of
-    ``running``, whoever writes it. The claim locks a key's row before starting jobs of that
-    key, so two claims racing for the key's last slot cannot both win (see ``_ADMIT_KEYS``).
-    The claim creates a key's row the first time it starts a job of that key.
+    The claim locks a key's row before it starts jobs of that key, counts the key's running
+    jobs, and bumps ``claims`` when it starts some: a claim that finds the row changed since
+    its snapshot was taken knows its count may be stale and leaves the key for the next claim
+    (see ``_ADMIT_KEYS``). The claim creates a key's row when it first needs it; the reaper
+    deletes rows no claim has touched for a while.
     """
 
     type = models.CharField(max_length=200)
     key = models.CharField(max_length=200)
-    running = models.IntegerField(default=0)
+    #: Claims that started jobs of this key: the row's version.
+    claims = models.BigIntegerField(default=0)
+    touched_at = models.DateTimeField(db_default=Now())
 
     class Meta:
         constraints = (
@@ -233,7 +242,7 @@ class ConcurrencyKey(models.Model):
         )
 
     def __str__(self) -> str:
-        return f"{self.type} {self.key}: {self.running} running"
+        return f"{self.type} {self.key}"
 
 
 class RateWindow(models.Model):

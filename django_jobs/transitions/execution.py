@@ -133,31 +133,42 @@ _CLAIM_NAMED_QUEUES = (
 
 # ---- concurrency keys -----------------------------------------------------------------------
 #
-# A key's running count lives in its django_jobs_concurrencykey row, kept by triggers on every
-# move into or out of running (migration 0006). The candidate scan leaves out keys at their
-# limit as this statement's snapshot sees them, so that a busy key never fills a batch with
-# jobs that cannot start; that snapshot may be stale, so it is only a shortcut. The decision is
-# taken on the key's row, locked: FOR UPDATE returns the newest committed version of a row
-# (READ COMMITTED re-reads it), so the count is exact, and SKIP LOCKED passes over a key
-# another claim (or an outcome) is changing right now instead of waiting for it. A key that
-# has no row yet gets one from this statement: if a concurrent claim is creating it too, the
-# INSERT waits for that claim and then does nothing, and the key waits for the next claim.
-# Keys are inserted in order, so claims waiting for each other's new keys never form a cycle.
+# The candidate scan leaves out keys at their limit as this statement's snapshot sees them
+# (the count of the key's running jobs, by the partial index django_jobs_key_running), so
+# that a busy key never fills a batch with jobs that cannot start. The snapshot may be stale:
+# a claim that committed since it was taken is not in it. So the decision is taken under the
+# key's django_jobs_concurrencykey row, locked: SKIP LOCKED passes over a key another claim is
+# deciding on right now, and a claim that starts jobs of a key bumps its row's `claims`. FOR
+# UPDATE returns a row's newest version (READ COMMITTED re-reads it), so a row whose version
+# differs from the snapshot's (`seen`) was changed by a claim this snapshot does not see: that
+# key is left for the next claim. Otherwise every claim of the key is in the snapshot, and its
+# running count can only be too high (a job that ended since), never too low. A key without a
+# row gets one from this statement (the INSERT does nothing for the keys that have one); a
+# concurrent claim creating it too waits for this one, then does nothing (keys are inserted in
+# order, so such waits never form a cycle). A row created by this statement cannot be bumped
+# by it, and needs not be: a claim whose snapshot lacks the row cannot lock it either.
+# Outcome writes touch none of this: nothing they do waits for a claim.
 _KEY_ROOM_FILTER = (
-    " AND (concurrency_key IS NULL OR concurrency_limit > COALESCE((SELECT running"
-    " FROM django_jobs_concurrencykey WHERE (type, key) = (django_jobs_job.type, concurrency_key)), 0))"
+    " AND (concurrency_key IS NULL"
+    " OR concurrency_limit > django_jobs_running_with_key(type, concurrency_key))"
 )
 _ADMIT_KEYS = (
-    ", held AS (SELECT * FROM django_jobs_concurrencykey WHERE (type, key) IN"
-    " (SELECT type, concurrency_key FROM candidates) FOR UPDATE SKIP LOCKED),"
-    " opened AS (INSERT INTO django_jobs_concurrencykey (type, key, running)"
+    ", seen AS (SELECT * FROM django_jobs_concurrencykey WHERE (type, key) IN"
+    " (SELECT type, concurrency_key FROM candidates)),"
+    " held AS (SELECT * FROM django_jobs_concurrencykey WHERE id IN (SELECT id FROM seen)"
+    " FOR UPDATE SKIP LOCKED),"
+    " opened AS (INSERT INTO django_jobs_concurrencykey (type, key, claims)"
     " SELECT DISTINCT type, concurrency_key, 0 FROM candidates WHERE concurrency_key IS NOT NULL"
-    " AND (type, concurrency_key) NOT IN (SELECT type, key FROM held) ORDER BY 1, 2"
-    " ON CONFLICT DO NOTHING RETURNING *),"
-    " keyed AS (SELECT c.id FROM (SELECT *, row_number() OVER (PARTITION BY type, concurrency_key"
-    " ORDER BY priority DESC, available_at, id) AS nth FROM candidates WHERE concurrency_key IS NOT NULL)"
-    " c JOIN (SELECT * FROM held UNION ALL SELECT * FROM opened) k"
-    " ON (k.type, k.key) = (c.type, c.concurrency_key) WHERE nth <= concurrency_limit - running),"
+    " ORDER BY 1, 2"
+    " ON CONFLICT DO NOTHING RETURNING id, type, key),"
+    " fresh AS (SELECT id, held.type, held.key FROM held JOIN seen USING (id, claims) UNION ALL"
+    " SELECT * FROM opened),"
+    " keyed AS (SELECT c.id, k.id AS key_id FROM (SELECT *, row_number() OVER (PARTITION BY type,"
+    " concurrency_key ORDER BY priority DESC, available_at, id) AS nth FROM candidates"
+    " WHERE concurrency_key IS NOT NULL) c JOIN fresh k ON (k.type, k.key) = (c.type, c.concurrency_key)"
+    " WHERE nth <= concurrency_limit - django_jobs_running_with_key(c.type, c.concurrency_key)),"
+    " bumped AS (UPDATE django_jobs_concurrencykey SET claims = claims + 1, touched_at = now()"
+    " WHERE id IN (SELECT key_id FROM keyed)),"
     " admitted AS (SELECT * FROM candidates WHERE concurrency_key IS NULL OR id IN (SELECT id FROM keyed))"
 )
 
@@ -177,22 +188,20 @@ _RATE_LIMITS = (
 )
 _RATE_ROOM_FILTER = (
     f" AND type <> ALL(ARRAY(SELECT t FROM django_jobs_ratewindow JOIN {_RATE_LIMITS} ON t = type"
-    " WHERE (SELECT count(*) FROM unnest(starts) x WHERE x > now() - make_interval(secs => secs)) >= cap))"
+    " WHERE cardinality(django_jobs_recent_starts(starts, secs)) >= cap))"
 )
 _ADMIT_RATES = (
     ", rated AS (SELECT c.*, cap, secs, row_number() OVER (PARTITION BY type"
     " ORDER BY start DESC, priority DESC, available_at, id) AS nth"
     f" FROM chosen c JOIN {_RATE_LIMITS} ON t = type),"
-    " granted AS (SELECT w.type, max(cap) AS cap, max(secs) AS secs, array_agg(DISTINCT queue) AS queues,"
-    " max(recent) AS recent,"
-    " LEAST(count(*) FILTER (WHERE start), max(cap) - max(cardinality(recent)))::int AS k"
+    " granted AS (SELECT type, cap, secs, recent, array_agg(DISTINCT queue) AS queues,"
+    " LEAST(count(*) FILTER (WHERE start), cap - cardinality(recent))::int AS k"
     " FROM rated JOIN (SELECT * FROM django_jobs_ratewindow WHERE type IN (SELECT type FROM rated)"
-    " FOR UPDATE SKIP LOCKED) w USING (type), LATERAL (SELECT ARRAY(SELECT x FROM unnest(w.starts) x"
-    " WHERE x > now() - make_interval(secs => secs) ORDER BY x) recent) o GROUP BY w.type),"
+    " FOR UPDATE SKIP LOCKED) w USING (type), django_jobs_recent_starts(w.starts, secs) recent"
+    " GROUP BY type, cap, secs, recent),"
     " spent AS (UPDATE django_jobs_ratewindow w SET starts = recent || array_fill(now(), ARRAY[k])"
-    " FROM granted g WHERE w.type = g.type AND k > 0 RETURNING (SELECT count(pg_notify('django_jobs',"
-    " q || ' ' || round(extract(epoch FROM w.starts[1] + make_interval(secs => secs) - now()), 3)))"
-    " FROM unnest(queues) q WHERE cardinality(w.starts) >= cap)),"
+    " FROM granted g WHERE w.type = g.type AND k > 0 RETURNING CASE WHEN cardinality(w.starts) >= cap"
+    " THEN django_jobs_notify_due(queues, w.starts[1] + make_interval(secs => secs)) END),"
     " next AS (SELECT id, start FROM chosen WHERE id NOT IN (SELECT id FROM rated) OR id IN"
     " (SELECT id FROM rated JOIN granted USING (type) WHERE nth <= k))"
 )

@@ -135,18 +135,22 @@ def prune(status: str, older_than: float, limit: int) -> int:
         return int(cursor.rowcount)
 
 
-# A key's row is only needed while jobs of the key run: the claim creates it again when it
-# next starts one. SKIP LOCKED leaves alone a row a claim is deciding on, and the locked row's
-# newest version is tested again (READ COMMITTED), so a key a claim just took is never deleted.
+# A key's row only serializes the claims of its key (its running jobs are counted from the job
+# table), so deleting it loses nothing: the next claim of the key creates it again. Only rows no
+# claim touched for KEY_ROW_IDLE seconds go: a claim holding a snapshot older than the row's
+# deletion could otherwise create the row again and count from that old snapshot. SKIP LOCKED
+# leaves alone a row a claim is deciding on.
+KEY_ROW_IDLE = 600.0
 _FORGET_IDLE_KEYS = """
 DELETE FROM django_jobs_concurrencykey WHERE id IN (
-    SELECT id FROM django_jobs_concurrencykey WHERE running = 0 LIMIT %s FOR UPDATE SKIP LOCKED
+    SELECT id FROM django_jobs_concurrencykey WHERE touched_at < now() - make_interval(secs => %s)
+    LIMIT %s FOR UPDATE SKIP LOCKED
 )
 """
 
 
 def forget_idle_keys(limit: int) -> int:
-    """Delete up to ``limit`` rows of concurrency keys with no running job."""
+    """Delete up to ``limit`` rows of concurrency keys no claim touched for ``KEY_ROW_IDLE`` s."""
     with connections[jobs_settings.DATABASE].cursor() as cursor:
-        cursor.execute(_FORGET_IDLE_KEYS, [limit])
+        cursor.execute(_FORGET_IDLE_KEYS, [KEY_ROW_IDLE, limit])
         return int(cursor.rowcount)

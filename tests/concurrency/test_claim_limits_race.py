@@ -29,7 +29,7 @@ def test_claims_racing_for_the_one_slot_of_a_key_never_both_win(key_row: str) ->
     for round_ in range(60):
         key = f"customer:{round_}"
         if key_row == "known key":  # the key's row exists, with nothing running
-            ConcurrencyKey.objects.create(type="test.keyed_once", key=key, running=0)
+            ConcurrencyKey.objects.create(type="test.keyed_once", key=key)
         enqueue_many("test.keyed_once", [{}] * 4, concurrency_key=key)
         won = winners(race(4, lambda i: claim(contenders[i], 1)))
         assert len(won) == 1, f"round {round_}: {len(won)} claims started a job of {key}"
@@ -46,7 +46,6 @@ def test_claims_racing_for_the_last_slots_of_a_key_never_exceed_the_limit() -> N
             won += more
         assert len(won) == 2, f"round {round_}: {len(won)} started, the limit is 2"
         write_outcomes([Outcome(c.id, c.execution_id, "completed") for c in won])
-        assert ConcurrencyKey.objects.get(key=f"k{round_}").running == 0
         Job.objects.filter(status="pending").delete()  # the next round races for a new key
 
 

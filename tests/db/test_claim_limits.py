@@ -31,8 +31,7 @@ def complete(claims: list[Claim]) -> None:
 
 
 def running(key: str) -> int:
-    row = ConcurrencyKey.objects.filter(key=key).first()
-    return row.running if row else 0
+    return Job.objects.filter(concurrency_key=key, status="running").count()
 
 
 def keys_of(claims: list[Claim]) -> list[str | None]:
@@ -96,20 +95,18 @@ def test_an_invalid_concurrency_key_is_refused_before_anything_is_written(key: A
     assert not Job.objects.exists()
 
 
-def test_running_counts_follow_every_way_out_of_running() -> None:
-    done, deleted = JobFactory.create_batch(2, running=True, concurrency_key="k", concurrency_limit=3)
-    JobFactory(running_stale=True, concurrency_key="k", concurrency_limit=3)
-    assert running("k") == 3  # rows written directly count too: a trigger keeps the count
-    write_outcomes([Outcome(done.id, done.execution_id, "completed")])
-    assert running("k") == 2
-    assert reaper.recover() == {"pending": 1}
-    assert running("k") == 1
-    deleted.delete()
-    assert running("k") == 0
-    JobFactory(running=True, concurrency_key="k", concurrency_limit=3)
+def test_running_jobs_count_however_they_got_there_and_a_key_freed_wakes_its_queue() -> None:
+    JobFactory.create_batch(2, running=True, type="test.keyed", concurrency_key="k", concurrency_limit=2)
+    enqueue("test.keyed", {"key": "k"}, queue="mail")
+    assert claim(statement(), 10) == []  # two are running (written directly): the key is full
     with connection.cursor() as cursor:
-        cursor.execute("TRUNCATE django_jobs_job, django_jobs_jobevent")
-    assert not ConcurrencyKey.objects.exists()
+        cursor.execute("LISTEN django_jobs")
+    first = Job.objects.filter(status="running").first()
+    assert first is not None
+    write_outcomes([Outcome(first.id, first.execution_id, "completed")])  # type: ignore[arg-type]
+    heard = [n.payload for n in connection.connection.notifies(timeout=0.5, stop_after=1)]
+    assert heard == ["default"]  # the queue of the job that ended: its key has room now
+    assert len(claim(statement(), 10)) == 1
 
 
 def test_the_database_refuses_a_second_running_job_of_a_key_with_a_limit_of_one() -> None:
@@ -119,14 +116,26 @@ def test_the_database_refuses_a_second_running_job_of_a_key_with_a_limit_of_one(
     JobFactory(running=True, type="test.keyed_once", concurrency_key="other", concurrency_limit=1)
 
 
-def test_the_reaper_forgets_keys_with_nothing_running() -> None:
+def test_the_reaper_forgets_key_rows_no_claim_touched_for_a_while() -> None:
     enqueue_many("test.keyed_once", [{}] * 2, concurrency_key="k")
     complete(claim(statement(), 10))
-    assert ConcurrencyKey.objects.filter(key="k", running=0).exists()
+    reaper.run_once()
+    assert ConcurrencyKey.objects.filter(key="k").exists()  # touched just now
+    with connection.cursor() as cursor:
+        cursor.execute("UPDATE django_jobs_concurrencykey SET touched_at = now() - interval '11 minutes'")
     reaper.run_once()
     assert not ConcurrencyKey.objects.exists()
     assert len(claim(statement(), 10)) == 1  # the claim creates the row again
     assert running("k") == 1
+
+
+@pytest.mark.parametrize("queues", [None, ["default", "mail"]])
+@pytest.mark.parametrize("rates", [None, {"test.rated": RateLimit(20, 1.0)}])
+def test_the_claim_statement_stays_within_psycopgs_statement_cache(
+    queues: list[str] | None, rates: dict[str, RateLimit] | None
+) -> None:
+    sql = ClaimStatement("w", queues, TYPES, rate_limits=rates).sql
+    assert len(sql.encode()) <= 4096  # psycopg parses longer statements again at every call
 
 
 # ---- rate limits ------------------------------------------------------------------------------
