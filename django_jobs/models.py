@@ -223,18 +223,13 @@ class Job(models.Model):
 class ConcurrencyKey(models.Model):
     """The lock that serializes the claims of one concurrency key of a job type.
 
-    The claim locks a key's row before it starts jobs of that key, counts the key's running
-    jobs, and bumps ``claims`` when it starts some: a claim that finds the row changed since
-    its snapshot was taken knows its count may be stale and leaves the key for the next claim
-    (see ``_ADMIT_KEYS``). The claim creates a key's row when it first needs it; the reaper
-    deletes rows no claim has touched for a while.
+    A claim locks a key's row (creating it first if needed) before it counts the key's running
+    jobs and starts some (see ``django_jobs_admit_keys`` in migration 0006). The row holds no
+    count: the count comes from the job table, so the reaper may delete rows freely.
     """
 
     type = models.CharField(max_length=200)
     key = models.CharField(max_length=200)
-    #: Claims that started jobs of this key: the row's version.
-    claims = models.BigIntegerField(default=0)
-    touched_at = models.DateTimeField(db_default=Now())
 
     class Meta:
         constraints = (
@@ -250,7 +245,7 @@ class RateWindow(models.Model):
 
     One timestamp per start, oldest first; starts older than the window are dropped whenever
     the claim writes the row. The claim locks the row to take starts from it, so concurrent
-    claims never exceed the limit together (see ``_ADMIT_RATES``).
+    claims never exceed the limit together (see ``django_jobs_admit_starts`` in migration 0006).
     """
 
     type = models.CharField(max_length=200, primary_key=True)

@@ -134,76 +134,45 @@ _CLAIM_NAMED_QUEUES = (
 # ---- concurrency keys -----------------------------------------------------------------------
 #
 # The candidate scan leaves out keys at their limit as this statement's snapshot sees them
-# (the count of the key's running jobs, by the partial index django_jobs_key_running), so
-# that a busy key never fills a batch with jobs that cannot start. The snapshot may be stale:
-# a claim that committed since it was taken is not in it. So the decision is taken under the
-# key's django_jobs_concurrencykey row, locked: SKIP LOCKED passes over a key another claim is
-# deciding on right now, and a claim that starts jobs of a key bumps its row's `claims`. FOR
-# UPDATE returns a row's newest version (READ COMMITTED re-reads it), so a row whose version
-# differs from the snapshot's (`seen`) was changed by a claim this snapshot does not see: that
-# key is left for the next claim. Otherwise every claim of the key is in the snapshot, and its
-# running count can only be too high (a job that ended since), never too low. A key without a
-# row gets one from this statement (the INSERT does nothing for the keys that have one); a
-# concurrent claim creating it too waits for this one, then does nothing (keys are inserted in
-# order, so such waits never form a cycle). A row created by this statement cannot be bumped
-# by it, and needs not be: a claim whose snapshot lacks the row cannot lock it either.
-# Outcome writes touch none of this: nothing they do waits for a claim.
+# (their running jobs counted by the partial index django_jobs_key_running), so that a busy key
+# does not fill a batch with jobs that cannot start. That snapshot may be stale, so the
+# decision is django_jobs_admit_keys's (migration 0006): it locks each key's row, with SKIP
+# LOCKED, then counts the key's running jobs in a snapshot taken after the lock. It runs once
+# per claim, and only for a batch that holds a keyed job: `(SELECT ...)` is an InitPlan,
+# evaluated when the OR first needs it. Outcome writes touch none of this and wait for nothing.
 _KEY_ROOM_FILTER = (
     " AND (concurrency_key IS NULL"
     " OR concurrency_limit > django_jobs_running_with_key(type, concurrency_key))"
 )
 _ADMIT_KEYS = (
-    ", seen AS (SELECT * FROM django_jobs_concurrencykey WHERE (type, key) IN"
-    " (SELECT type, concurrency_key FROM candidates)),"
-    " held AS (SELECT * FROM django_jobs_concurrencykey WHERE id IN (SELECT id FROM seen)"
-    " FOR UPDATE SKIP LOCKED),"
-    " opened AS (INSERT INTO django_jobs_concurrencykey (type, key, claims)"
-    " SELECT DISTINCT type, concurrency_key, 0 FROM candidates WHERE concurrency_key IS NOT NULL"
-    " ORDER BY 1, 2"
-    " ON CONFLICT DO NOTHING RETURNING id, type, key),"
-    " fresh AS (SELECT id, held.type, held.key FROM held JOIN seen USING (id, claims) UNION ALL"
-    " SELECT * FROM opened),"
-    " keyed AS (SELECT c.id, k.id AS key_id FROM (SELECT *, row_number() OVER (PARTITION BY type,"
-    " concurrency_key ORDER BY priority DESC, available_at, id) AS nth FROM candidates"
-    " WHERE concurrency_key IS NOT NULL) c JOIN fresh k ON (k.type, k.key) = (c.type, c.concurrency_key)"
-    " WHERE nth <= concurrency_limit - django_jobs_running_with_key(c.type, c.concurrency_key)),"
-    " bumped AS (UPDATE django_jobs_concurrencykey SET claims = claims + 1, touched_at = now()"
-    " WHERE id IN (SELECT key_id FROM keyed)),"
-    " admitted AS (SELECT * FROM candidates WHERE concurrency_key IS NULL OR id IN (SELECT id FROM keyed))"
+    ", admitted AS (SELECT * FROM candidates WHERE concurrency_key IS NULL OR id = ANY((SELECT"
+    " django_jobs_admit_keys(array_agg(id), array_agg(type), array_agg(concurrency_key),"
+    " array_agg(concurrency_limit)) FROM (SELECT * FROM candidates WHERE concurrency_key IS NOT NULL"
+    " ORDER BY priority DESC, available_at, id) AS keyed)::bigint[]))"
 )
 
 # ---- rate limits ----------------------------------------------------------------------------
 #
-# Only in the statement of a worker that knows a rate-limited type. A type's window row holds
-# the times of its starts within the window; a job may start if fewer than the limit are more
-# recent than now() minus the window, which bounds the starts in *any* window of that length,
-# not only in aligned ones. The row is locked as a key's is (exact, never waited for), and
-# written only when starts are taken. A rate-limited job is never prefetched: its claim is its
-# start. The candidate scan leaves out types whose window is full as the snapshot sees it.
-# The window rows are created before the claims need them (see open_rate_windows).
-# When a claim fills a window, it notifies the queues of that type's jobs it saw with the
-# seconds until the window's oldest start expires, so that listening workers claim again then.
+# Only in the statement of a worker that knows a rate-limited type. django_jobs_admit_starts
+# (migration 0006) takes starts from each type's window row, locked, for the chosen jobs of
+# rate-limited types that start now; like the keys' function, it runs only for a batch that
+# holds such a job. A rate-limited job is never prefetched: its claim is its start, and the
+# start the window counts. The window rows are created before the claims need them (see
+# open_rate_windows). The candidate scan leaves out types whose window is full as the snapshot
+# sees it (as NOT IN a hashed subquery: `<> ALL(ARRAY(...))` makes the planner expect no row
+# to pass, and trade the ordered scan of the claim index for a sequential scan and a sort).
 _RATE_LIMITS = (
     "unnest(%(rate_types)s::text[], %(rate_counts)s::int[], %(rate_seconds)s::float8[]) r(t, cap, secs)"
 )
 _RATE_ROOM_FILTER = (
-    f" AND type <> ALL(ARRAY(SELECT t FROM django_jobs_ratewindow JOIN {_RATE_LIMITS} ON t = type"
-    " WHERE cardinality(django_jobs_recent_starts(starts, secs)) >= cap))"
+    f" AND type::text NOT IN (SELECT t FROM django_jobs_ratewindow JOIN {_RATE_LIMITS} ON t = type"
+    " WHERE cardinality(django_jobs_recent_starts(starts, secs)) >= cap)"
 )
 _ADMIT_RATES = (
-    ", rated AS (SELECT c.*, cap, secs, row_number() OVER (PARTITION BY type"
-    " ORDER BY start DESC, priority DESC, available_at, id) AS nth"
-    f" FROM chosen c JOIN {_RATE_LIMITS} ON t = type),"
-    " granted AS (SELECT type, cap, secs, recent, array_agg(DISTINCT queue) AS queues,"
-    " LEAST(count(*) FILTER (WHERE start), cap - cardinality(recent))::int AS k"
-    " FROM rated JOIN (SELECT * FROM django_jobs_ratewindow WHERE type IN (SELECT type FROM rated)"
-    " FOR UPDATE SKIP LOCKED) w USING (type), django_jobs_recent_starts(w.starts, secs) recent"
-    " GROUP BY type, cap, secs, recent),"
-    " spent AS (UPDATE django_jobs_ratewindow w SET starts = recent || array_fill(now(), ARRAY[k])"
-    " FROM granted g WHERE w.type = g.type AND k > 0 RETURNING CASE WHEN cardinality(w.starts) >= cap"
-    " THEN django_jobs_notify_due(queues, w.starts[1] + make_interval(secs => secs)) END),"
-    " next AS (SELECT id, start FROM chosen WHERE id NOT IN (SELECT id FROM rated) OR id IN"
-    " (SELECT id FROM rated JOIN granted USING (type) WHERE nth <= k))"
+    ", next AS (SELECT id, start FROM chosen WHERE type::text <> ALL(%(rate_types)s::text[])"
+    " OR start AND id = ANY((SELECT django_jobs_admit_starts(array_agg(id), array_agg(type),"
+    " array_agg(queue), %(rate_types)s, %(rate_counts)s, %(rate_seconds)s) FROM chosen"
+    " WHERE start AND type::text = ANY(%(rate_types)s::text[]))::bigint[]))"
 )
 _NO_RATES = ", next AS (SELECT id, start FROM chosen)"
 _ENSURE_RATE_WINDOWS = (

@@ -136,21 +136,18 @@ def prune(status: str, older_than: float, limit: int) -> int:
 
 
 # A key's row only serializes the claims of its key (its running jobs are counted from the job
-# table), so deleting it loses nothing: the next claim of the key creates it again. Only rows no
-# claim touched for KEY_ROW_IDLE seconds go: a claim holding a snapshot older than the row's
-# deletion could otherwise create the row again and count from that old snapshot. SKIP LOCKED
+# table), so deleting it loses nothing: the next claim of the key creates it again. SKIP LOCKED
 # leaves alone a row a claim is deciding on.
-KEY_ROW_IDLE = 600.0
 _FORGET_IDLE_KEYS = """
 DELETE FROM django_jobs_concurrencykey WHERE id IN (
-    SELECT id FROM django_jobs_concurrencykey WHERE touched_at < now() - make_interval(secs => %s)
-    LIMIT %s FOR UPDATE SKIP LOCKED
+    SELECT id FROM django_jobs_concurrencykey
+    WHERE django_jobs_running_with_key(type, key) = 0 LIMIT %s FOR UPDATE SKIP LOCKED
 )
 """
 
 
 def forget_idle_keys(limit: int) -> int:
-    """Delete up to ``limit`` rows of concurrency keys no claim touched for ``KEY_ROW_IDLE`` s."""
+    """Delete up to ``limit`` rows of concurrency keys with no running job."""
     with connections[jobs_settings.DATABASE].cursor() as cursor:
-        cursor.execute(_FORGET_IDLE_KEYS, [KEY_ROW_IDLE, limit])
+        cursor.execute(_FORGET_IDLE_KEYS, [limit])
         return int(cursor.rowcount)

@@ -116,13 +116,14 @@ def test_the_database_refuses_a_second_running_job_of_a_key_with_a_limit_of_one(
     JobFactory(running=True, type="test.keyed_once", concurrency_key="other", concurrency_limit=1)
 
 
-def test_the_reaper_forgets_key_rows_no_claim_touched_for_a_while() -> None:
+def test_the_reaper_forgets_the_rows_of_keys_with_nothing_running() -> None:
     enqueue_many("test.keyed_once", [{}] * 2, concurrency_key="k")
-    complete(claim(statement(), 10))
+    first = claim(statement(), 10)
+    enqueue("test.keyed_once", {}, concurrency_key="idle")
+    complete(claim(statement(), 10))  # the idle key's job ran and ended
     reaper.run_once()
-    assert ConcurrencyKey.objects.filter(key="k").exists()  # touched just now
-    with connection.cursor() as cursor:
-        cursor.execute("UPDATE django_jobs_concurrencykey SET touched_at = now() - interval '11 minutes'")
+    assert list(ConcurrencyKey.objects.values_list("key", flat=True)) == ["k"]  # one is running
+    complete(first)
     reaper.run_once()
     assert not ConcurrencyKey.objects.exists()
     assert len(claim(statement(), 10)) == 1  # the claim creates the row again

@@ -10,6 +10,7 @@ import psycopg
 import pytest
 from django.db import connection
 
+from django_jobs.limits import RateLimit
 from django_jobs.transitions import ClaimStatement, recovery
 
 pytestmark = [pytest.mark.django_db, pytest.mark.slow]
@@ -89,6 +90,11 @@ def test_claim_and_reaper_searches_are_index_scans(million_rows: None) -> None:
     text = plan(every_queue.sql, every_queue.params(100))
     assert "django_jobs_claim_any" in text
     assert job_table_scans(every_queue.sql, every_queue.params(100)) == []
+
+    # A worker that knows a rate-limited type: its filter of full windows keeps the index scan.
+    rated = ClaimStatement("w", None, {"test.noop": 1}, rate_limits={"test.noop": RateLimit(20, 1.0)})
+    assert "django_jobs_claim_any" in plan(rated.sql, rated.params(100))
+    assert job_table_scans(rated.sql, rated.params(100)) == []
 
     # Named queues: one ordered scan of the queue index per queue, merged by a tiny sort.
     named = ClaimStatement("w", ["mail", "reports"], {"test.noop": 1})
