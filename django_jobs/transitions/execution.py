@@ -96,7 +96,9 @@ _OLDEST_FILTER = " AND version >= (%(oldest)s::int[])[array_position(%(types)s::
 # counted at once, never prefetched: a job of a type whose lost execution is unsafe to retry
 # (on_lost other than retry: it must not be parked for review without having run), and a job
 # already lost once before its start was recorded (so that a job that kills its worker at once
-# still uses up its attempts). Rows locked here but left out are unlocked at commit.
+# still uses up its attempts); a job of a rate-limited type is a third (see _ADMIT_RATES).
+# Between candidates and ranked, jobs whose concurrency key is at its limit are left out (see
+# _ADMIT_KEYS). Rows locked here but left out are unlocked at commit.
 # `row_number() OVER ()` numbers the candidates in the order the ordered scan produced them
 # (PostgreSQL's window aggregate keeps its input order), without sorting them again; the
 # filters between candidates and ranked keep that order too.
