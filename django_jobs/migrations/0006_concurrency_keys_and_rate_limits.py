@@ -16,10 +16,14 @@ import django.contrib.postgres.fields
 
 CREATE_SQL = """
 -- The running jobs of one concurrency key, by the partial index django_jobs_key_running.
+-- PL/pgSQL, not SQL: the planner would parse a SQL function's body at every claim it plans, to
+-- see whether it can inline it, even for a batch without a key, which never calls it.
 CREATE FUNCTION django_jobs_running_with_key(job_type text, job_key text) RETURNS bigint
-LANGUAGE sql STABLE AS $$
-    SELECT count(*) FROM django_jobs_job
-    WHERE status = 'running' AND type = job_type AND concurrency_key = job_key
+LANGUAGE plpgsql STABLE AS $$
+BEGIN
+    RETURN (SELECT count(*) FROM django_jobs_job
+            WHERE status = 'running' AND type = job_type AND concurrency_key = job_key);
+END
 $$;
 
 -- The starts of a rate window still within it, oldest first.

@@ -161,14 +161,16 @@ _ADMIT_KEYS = (
 # holds such a job. A rate-limited job is never prefetched: its claim is its start, and the
 # start the window counts. The window rows are created before the claims need them (see
 # open_rate_windows). The candidate scan leaves out types whose window is full as the snapshot
-# sees it (as NOT IN a hashed subquery: `<> ALL(ARRAY(...))` makes the planner expect no row
-# to pass, and trade the ordered scan of the claim index for a sequential scan and a sort).
+# sees it: its starts are in order, so it is full when its COUNT-th latest start is within the
+# window (a subscript out of range is NULL: not full). The test is a NOT IN of a hashed
+# subquery: `<> ALL(ARRAY(...))` makes the planner expect no row to pass, and trade the
+# ordered scan of the claim index for a sequential scan and a sort.
 _RATE_LIMITS = (
     "unnest(%(rate_types)s::text[], %(rate_counts)s::int[], %(rate_seconds)s::float8[]) r(t, cap, secs)"
 )
 _RATE_ROOM_FILTER = (
     f" AND type::text NOT IN (SELECT t FROM django_jobs_ratewindow JOIN {_RATE_LIMITS} ON t = type"
-    " WHERE cardinality(django_jobs_recent_starts(starts, secs)) >= cap)"
+    " WHERE starts[cardinality(starts) - cap + 1] > now() - make_interval(secs => secs))"
 )
 _ADMIT_RATES = (
     ", next AS (SELECT id, start FROM chosen WHERE type::text <> ALL(%(rate_types)s::text[])"
