@@ -28,12 +28,14 @@ from django_jobs.errors import (
     UnknownJobType,
 )
 from django_jobs.jsonvalues import encode, plain_json_problem
+from django_jobs.limits import concurrency_key_problem
 from django_jobs.models import Job
 from django_jobs.registry import PRIORITY_RANGE, QUEUE_RE, JobType, registry
 from django_jobs.states import KEY_HOLDING_STATUSES
 
 TypeRef = str | Callable[..., Any]
 UniqueKey = str | Callable[[dict[str, Any]], str | None] | None
+ConcurrencyKey = UniqueKey
 
 _ROWS_PER_INSERT = 5000
 _MAX_UNIQUE_KEY = 200
@@ -51,6 +53,7 @@ class _Options:
     delay: float
     max_attempts: int
     on_lost: str
+    concurrency_limit: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,6 +61,7 @@ class _Item:
     payload: dict[str, Any]
     encoded: str  # the payload as JSON text, validated
     unique_key: str | None
+    concurrency_key: str | None
 
 
 def enqueue(
@@ -70,6 +74,7 @@ def enqueue(
     delay: float | dt.timedelta | None = None,
     max_attempts: int | None = None,
     unique_key: str | None = None,
+    concurrency_key: str | None = None,
 ) -> Job:
     """Create one pending job and return its row.
 
@@ -77,7 +82,9 @@ def enqueue(
     ``run_at`` (an aware datetime) or ``delay`` (seconds or a timedelta, counted from the
     database's ``now()``) postpone the first run. With ``unique_key``, while a job of the same
     type and key is pending, running or parked in ``needs_review``, no new job is created and
-    that job is returned.
+    that job is returned. With ``concurrency_key`` (default: the type's ``concurrency_key``
+    function of the payload, if it has one), at most the type's ``concurrency_limit`` jobs of
+    this type with that key run at once; the others wait, pending, without using attempts.
 
     Raises ``UnknownJobType``, ``InvalidPayload``, ``PayloadTooLarge`` or ``InvalidOption``
     (all subclasses of ``EnqueueError``, itself a ``ValueError``) before writing anything.
@@ -91,6 +98,7 @@ def enqueue(
         delay=delay,
         max_attempts=max_attempts,
         unique_key=unique_key,
+        concurrency_key=concurrency_key,
     )[0]
 
 
@@ -104,25 +112,32 @@ def enqueue_many(
     delay: float | dt.timedelta | None = None,
     max_attempts: int | None = None,
     unique_key: UniqueKey = None,
+    concurrency_key: ConcurrencyKey = None,
 ) -> list[Job]:
     """Create one job per payload, all or none, and return the rows in the payloads' order.
 
-    The options apply to every job; ``unique_key`` may be a function ``payload → key or None``.
+    The options apply to every job; ``unique_key`` and ``concurrency_key`` may be functions
+    ``payload → key or None``.
     Raises like :func:`enqueue` — for the first bad payload, with its index — before writing.
     """
     job_type = _resolve_type(type_or_handler)
     options = _validate_options(job_type, queue, priority, run_at, delay, max_attempts)
+    key_of = concurrency_key if concurrency_key is not None else job_type.concurrency_key
     items: list[_Item] = []
     for index, payload in enumerate(payloads):
         try:
             encoded = encode_payload(payload)
             key = unique_key(payload) if callable(unique_key) else unique_key
             _validate_unique_key(key)
+            concurrency = key_of(payload) if callable(key_of) else key_of
+            problem = concurrency_key_problem(concurrency)
+            if problem is not None:
+                raise InvalidOption(problem)
         except (InvalidPayload, InvalidOption) as exc:
             if index == 0 and isinstance(payloads, Sequence) and len(payloads) == 1:
                 raise
             raise type(exc)(f"payload #{index}: {exc}") from exc
-        items.append(_Item(payload, encoded, key))
+        items.append(_Item(payload, encoded, key, concurrency))
     if not items:
         return []
     return _insert(options, items)
@@ -179,7 +194,15 @@ def _validate_options(
         if not math.isfinite(seconds) or seconds < 0:
             raise InvalidOption(f"delay must be a finite number of seconds >= 0, not {delay!r}")
     return _Options(
-        queue, job_type.name, job_type.version, priority, run_at, seconds, max_attempts, job_type.on_lost
+        queue,
+        job_type.name,
+        job_type.version,
+        priority,
+        run_at,
+        seconds,
+        max_attempts,
+        job_type.on_lost,
+        job_type.concurrency_limit,
     )
 
 
@@ -225,11 +248,13 @@ _HOLDING = ", ".join(f"'{status}'" for status in sorted(KEY_HOLDING_STATUSES))
 _INSERT = (
     "INSERT INTO django_jobs_job"
     " (queue, type, version, payload, status, priority, available_at, attempts, max_attempts, unique_key,"
-    " on_lost)"
+    " on_lost, concurrency_key, concurrency_limit)"
     " SELECT %(queue)s, %(type)s, %(version)s, r.payload::jsonb, 'pending', %(priority)s,"
     " COALESCE(%(run_at)s::timestamptz, now() + make_interval(secs => %(delay)s)), 0, %(max_attempts)s,"
-    " r.unique_key, %(on_lost)s"
-    " FROM unnest(%(payloads)s::text[], %(keys)s::text[]) AS r(payload, unique_key)"
+    " r.unique_key, %(on_lost)s, r.concurrency_key,"
+    " CASE WHEN r.concurrency_key IS NOT NULL THEN %(concurrency_limit)s::int END"
+    " FROM unnest(%(payloads)s::text[], %(keys)s::text[], %(concurrency_keys)s::text[])"
+    " AS r(payload, unique_key, concurrency_key)"
     " ON CONFLICT (type, unique_key)"
     f" WHERE status IN ({_HOLDING}) AND unique_key IS NOT NULL DO NOTHING"
     " RETURNING id, unique_key, available_at, created_at"
@@ -281,6 +306,7 @@ def _insert_chunks(cursor: Any, options: _Options, items: list[_Item]) -> list[t
     rows: list[tuple[Any, ...]] = []
     for start in range(0, len(items), _ROWS_PER_INSERT):
         chunk = items[start : start + _ROWS_PER_INSERT]
+        keys = [item.concurrency_key for item in chunk]
         cursor.execute(
             _INSERT,
             {
@@ -294,6 +320,9 @@ def _insert_chunks(cursor: Any, options: _Options, items: list[_Item]) -> list[t
                 "on_lost": options.on_lost,
                 "payloads": [item.encoded for item in chunk],
                 "keys": [item.unique_key for item in chunk],
+                # NULL when no job has a key: unnest() pads it with NULLs, nothing to send.
+                "concurrency_keys": keys if any(key is not None for key in keys) else None,
+                "concurrency_limit": options.concurrency_limit,
             },
         )
         rows += cursor.fetchall()
@@ -316,6 +345,8 @@ def _new_job(alias: str, options: _Options, item: _Item, returned: tuple[Any, ..
         "max_attempts": options.max_attempts,
         "unique_key": unique_key,
         "on_lost": options.on_lost,
+        "concurrency_key": item.concurrency_key,
+        "concurrency_limit": options.concurrency_limit if item.concurrency_key is not None else None,
         "created_at": created_at,
     }
     return Job.from_db(alias, _ATTNAMES, [values.get(name) for name in _ATTNAMES])

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.contrib.postgres.fields import ArrayField
 from django.db import connections, models
 from django.db.models import Q
 from django.db.models.functions import Now
@@ -80,6 +81,10 @@ class Job(models.Model):
     #: needs_review), copied at enqueue: whichever process recovers the job decides by it,
     #: even one that does not know the type.
     on_lost = models.CharField(max_length=20, db_default="retry")
+    #: Jobs of one type sharing a concurrency key run at most ``concurrency_limit`` at once
+    #: (the type's limit, copied at enqueue like ``on_lost``); NULL for a job without a key.
+    concurrency_key = models.CharField(max_length=200, null=True, blank=True)
+    concurrency_limit = models.PositiveIntegerField(null=True, blank=True)
 
     # Ownership of the current (or last) execution. Every write after a claim is guarded by
     # (id, execution_id, status='running'), so an execution that lost its lease changes nothing.
@@ -177,12 +182,25 @@ class Job(models.Model):
             models.Index(
                 fields=["unique_key"], name="django_jobs_unique_key", condition=Q(unique_key__isnull=False)
             ),
+            # The claim counts the running jobs of each concurrency key it starts jobs of.
+            models.Index(
+                fields=["type", "concurrency_key"],
+                name="django_jobs_key_running",
+                condition=Q(status=JobStatus.RUNNING, concurrency_key__isnull=False),
+            ),
         )
         constraints = (
             models.UniqueConstraint(
                 fields=["type", "unique_key"],
                 name="django_jobs_unique_key_held",
                 condition=Q(status__in=sorted(KEY_HOLDING_STATUSES), unique_key__isnull=False),
+            ),
+            # The backstop of a concurrency limit of 1: the claim never starts a second job of a
+            # key (see ConcurrencyKey); were it ever to, the database would refuse it.
+            models.UniqueConstraint(
+                fields=["type", "concurrency_key"],
+                name="django_jobs_key_running_once",
+                condition=Q(status=JobStatus.RUNNING, concurrency_limit=1, concurrency_key__isnull=False),
             ),
             models.CheckConstraint(condition=Q(status__in=JobStatus.values), name="django_jobs_status_valid"),
             models.CheckConstraint(
@@ -201,6 +219,41 @@ class Job(models.Model):
 
     def __str__(self) -> str:
         return f"{self.type} #{self.id} ({self.status})"
+
+
+class ConcurrencyKey(models.Model):
+    """The lock that serializes the claims of one concurrency key of a job type.
+
+    A claim locks a key's row (creating it first if needed) before it counts the key's running
+    jobs and starts some (see ``django_jobs_admit_keys`` in migration 0007). The row holds no
+    count: the count comes from the job table, so the reaper may delete rows freely.
+    """
+
+    type = models.CharField(max_length=200)
+    key = models.CharField(max_length=200)
+
+    class Meta:
+        constraints = (
+            models.UniqueConstraint(fields=["type", "key"], name="django_jobs_concurrency_key_unique"),
+        )
+
+    def __str__(self) -> str:
+        return f"{self.type} {self.key}"
+
+
+class RateWindow(models.Model):
+    """The starts of a rate-limited job type within its window, across all workers.
+
+    One timestamp per start, oldest first; starts older than the window are dropped whenever
+    the claim writes the row. The claim locks the row to take starts from it, so concurrent
+    claims never exceed the limit together (see ``django_jobs_admit_starts`` in migration 0007).
+    """
+
+    type = models.CharField(max_length=200, primary_key=True)
+    starts = ArrayField(models.DateTimeField(), default=list)
+
+    def __str__(self) -> str:
+        return f"{self.type}: {len(self.starts)} recent start(s)"
 
 
 class JobEvent(models.Model):

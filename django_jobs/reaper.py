@@ -12,6 +12,10 @@ longer than the lease. The reaper then asks :func:`django_jobs.decision.decide`,
 - ``pending`` at once and uncounted when the execution was prefetched and its start was never
   recorded (its worker died with the job still waiting in its buffer).
 
+It also keeps the bookkeeping of start limits tidy: it deletes the rows of concurrency keys
+that have no running job, and creates the rate windows of the types its process knows if they
+went missing.
+
 It clears the owner fields and records a ``recovered`` event with the lost execution's id. It
 is safe in many processes at once (SKIP LOCKED, guarded updates) and uses database time only.
 ``runjobs`` runs it every ``REAPER_INTERVAL``; ``reapjobs`` runs it on its own.
@@ -34,7 +38,7 @@ from django_jobs.conf import jobs_settings
 from django_jobs.decision import Happened, Situation, decide
 from django_jobs.errors import DATABASE_UNAVAILABLE, ErrorCode
 from django_jobs.models import LiveWorker
-from django_jobs.registry import retry_policy
+from django_jobs.registry import registry, retry_policy
 from django_jobs.states import EventKind
 from django_jobs.transitions import Expired, Recovery
 
@@ -129,10 +133,23 @@ def forget_silent_workers() -> int:
     return LiveWorker.objects.filter(last_seen_at__lt=Now() - dt.timedelta(days=1)).delete()[0]
 
 
+def tidy_limits(limit: int = 10 * BATCH) -> int:
+    """Forget idle concurrency keys (at most ``limit``) and recreate missing rate windows."""
+    transitions.open_rate_windows(sorted(t.name for t in registry.all() if t.rate_limit))
+    forgotten = 0
+    while forgotten < limit:
+        deleted = transitions.forget_idle_keys(min(BATCH, limit - forgotten))
+        forgotten += deleted
+        if deleted < BATCH:
+            break
+    return forgotten
+
+
 def run_once() -> ReapResult:
     """One pass: recover expired leases, then apply retention."""
     result = ReapResult(recovered=recover(), pruned=prune())
     forget_silent_workers()
+    tidy_limits()
     return result
 
 

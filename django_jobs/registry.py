@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from django_jobs.backoff import Backoff
 from django_jobs.conf import jobs_settings
+from django_jobs.limits import RateLimit, concurrency_limit_problem, parse_rate_limit
 
 if TYPE_CHECKING:
     from django_jobs.context import JobContext
@@ -39,6 +40,8 @@ class Reconciliation(enum.Enum):
 
 
 Reconciler = Callable[["JobContext", dict[str, Any]], Reconciliation]
+#: A type-level concurrency key: payload → key, or None for a job that needs none.
+KeyFunction = Callable[[dict[str, Any]], "str | None"]
 
 
 @dataclass(frozen=True)
@@ -72,6 +75,12 @@ class JobType:
     #: Payload keys (exact names, at any depth) whose values the console masks for people
     #: without the ``view_sensitive_payload`` permission, besides SENSITIVE_PAYLOAD_KEYS.
     sensitive: tuple[str, ...] = ()
+    #: The concurrency key of a job enqueued without one, computed from its payload.
+    concurrency_key: KeyFunction | None = None
+    #: At most this many jobs of this type with the same concurrency key run at once.
+    concurrency_limit: int = 1
+    #: At most so many starts of this type per window, across all workers; None: no limit.
+    rate_limit: RateLimit | None = None
 
     @property
     def default_queue(self) -> str:
@@ -166,6 +175,9 @@ def job(
     reconcile: Reconciler | None = None,
     sla: float | None = None,
     sensitive: tuple[str, ...] | list[str] = (),
+    concurrency_key: KeyFunction | None = None,
+    concurrency_limit: int = 1,
+    rate_limit: str | None = None,
 ) -> Callable[[H], H]:
     """Register the decorated ``handler(ctx, payload)`` as job type ``name``.
 
@@ -195,6 +207,12 @@ def job(
         raise ValueError('on_lost="reconcile" needs a reconcile function')
     if isinstance(sensitive, str) or not all(isinstance(key, str) and key for key in sensitive):
         raise ValueError('sensitive must be a tuple of payload key names, e.g. sensitive=("card",)')
+    if concurrency_key is not None and not callable(concurrency_key):
+        raise ValueError("concurrency_key must be a function of the payload; give a fixed key to enqueue()")
+    problem = concurrency_limit_problem(concurrency_limit)
+    if problem is not None:
+        raise ValueError(problem)
+    rate = parse_rate_limit(rate_limit) if rate_limit is not None else None
 
     def decorator(handler: H) -> H:
         registry.register(
@@ -214,6 +232,9 @@ def job(
                 reconcile=reconcile,
                 sla=sla,
                 sensitive=tuple(sensitive),
+                concurrency_key=concurrency_key,
+                concurrency_limit=concurrency_limit,
+                rate_limit=rate,
             )
         )
         handler.job_name = name  # type: ignore[attr-defined]  # lets enqueue(handler, ...) work

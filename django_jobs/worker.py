@@ -209,7 +209,9 @@ class Worker:
             versions={name: t.version for name, t in self.job_types.items()},
             leases={name: t.lease for name, t in self.job_types.items()},
             oldest={name: t.oldest_readable_version for name, t in self.job_types.items()},
+            rate_limits={name: t.rate_limit for name, t in self.job_types.items() if t.rate_limit},
         )
+        self._rate_windows_open = not self._statement.rate_limited
 
         # How long a prefetched job may wait for a slot before it is given back: well within
         # the shortest lease (a buffered job's lease is not extended), and long enough that a
@@ -330,7 +332,12 @@ class Worker:
             except DATABASE_UNAVAILABLE as exc:
                 db_retry = self._database_unavailable(exc, db_retry)
                 continue
-            buffered, running, _ = self._pool.counts()
+            buffered, running, idle = self._pool.counts()
+            if claimed and idle > buffered:
+                # Slots are left idle although the claim found jobs: it may have passed over
+                # jobs of a busy concurrency key that filled its batch. Look again at once; a
+                # claim that finds nothing ends this.
+                continue
             with self._lock:
                 unwritten = bool(self._finished)
             settled = looked and not buffered and not running and claimed == 0 and not unwritten
@@ -429,6 +436,9 @@ class Worker:
         # but never leave a slot idle while jobs may be waiting.
         if held >= target or (idle <= buffered and held > target // 2):
             return 0
+        if not self._rate_windows_open:
+            transitions.open_rate_windows(self._statement.rate_limited)
+            self._rate_windows_open = True
         limit, rooms = target - held, None
         if self.queue_slots is not None:
             with self._lock:

@@ -23,6 +23,7 @@ from django_jobs.transitions.execution import (
     claim,
     cut_leases,
     heartbeat,
+    open_rate_windows,
     set_checkpoint,
     set_progress,
     write_outcomes,
@@ -37,7 +38,7 @@ from django_jobs.transitions.operator import (
 )
 from django_jobs.transitions.queues import pause as pause_queue
 from django_jobs.transitions.queues import resume as resume_queue
-from django_jobs.transitions.recovery import Expired, Recovery, prune, recover_expired
+from django_jobs.transitions.recovery import Expired, Recovery, forget_idle_keys, prune, recover_expired
 from django_jobs.transitions.workers import any_active, forget_worker, report_worker
 
 __all__ = [
@@ -55,9 +56,11 @@ __all__ = [
     "cancel_requested_among",
     "claim",
     "cut_leases",
+    "forget_idle_keys",
     "forget_worker",
     "heartbeat",
     "manual_retry",
+    "open_rate_windows",
     "pause_queue",
     "prune",
     "recover_expired",

@@ -16,6 +16,7 @@ from typing import Any
 from django.db import connections, transaction
 
 from django_jobs.conf import jobs_settings
+from django_jobs.limits import RateLimit
 from django_jobs.states import JobStatus
 
 
@@ -100,15 +101,18 @@ _OLDEST_FILTER = " AND version >= (%(oldest)s::int[])[array_position(%(types)s::
 # counted at once, never prefetched: a job of a type whose lost execution is unsafe to retry
 # (on_lost other than retry: it must not be parked for review without having run), and a job
 # already lost once before its start was recorded (so that a job that kills its worker at once
-# still uses up its attempts). Rows locked here but left out are unlocked at commit.
+# still uses up its attempts); a job of a rate-limited type is a third (see _ADMIT_RATES).
+# Between candidates and ranked, jobs whose concurrency key is at its limit are left out (see
+# _ADMIT_KEYS). Rows locked here but left out are unlocked at commit.
 # `row_number() OVER ()` numbers the candidates in the order the ordered scan produced them
-# (PostgreSQL's window aggregate keeps its input order), without sorting them again.
+# (PostgreSQL's window aggregate keeps its input order), without sorting them again; the
+# filters between candidates and ranked keep that order too.
 _CLAIM_TAIL = (
-    ", ranked AS (SELECT id, row_number() OVER () AS position,"
+    "{admit_keys}, ranked AS (SELECT *, row_number() OVER () AS position,"
     " row_number() OVER () <= %(start_now)s AS start,"
     " on_lost = 'retry' AND last_error_code IS DISTINCT FROM 'LOST_UNSTARTED' AS prefetchable"
-    " FROM candidates),"
-    " next AS (SELECT id, start, position FROM ranked WHERE start OR prefetchable)"
+    " FROM admitted),"
+    " chosen AS (SELECT * FROM ranked WHERE start OR prefetchable){admit_rates}"
     " UPDATE django_jobs_job j SET status = 'running', attempts = j.attempts + next.start::int,"
     " worker_id = %(worker)s, execution_id = gen_random_uuid(),"
     " started_at = CASE WHEN next.start THEN now() END, heartbeat_at = now(),"
@@ -116,7 +120,9 @@ _CLAIM_TAIL = (
     "secs => (%(leases)s::float8[])[array_position(%(types)s::text[], j.type::text)])"
     f" FROM next WHERE j.id = next.id RETURNING {_CLAIM_COLUMNS}, next.position"
 )
-_CANDIDATE_COLUMNS = "id, priority, available_at, on_lost, last_error_code"
+_CANDIDATE_COLUMNS = (
+    "id, priority, available_at, on_lost, last_error_code, type, queue, concurrency_key, concurrency_limit"
+)
 _CLAIM_ANY_QUEUE = (
     f"WITH candidates AS (SELECT {_CANDIDATE_COLUMNS} FROM django_jobs_job WHERE {_CLAIM_FILTER}"
     " ORDER BY priority DESC, available_at, id LIMIT %(limit)s FOR UPDATE SKIP LOCKED)"
@@ -141,13 +147,64 @@ _CLAIM_NAMED_QUEUES = (
     " ORDER BY c.rank, q.turn LIMIT %(limit)s)" + _CLAIM_TAIL
 )
 
+# ---- concurrency keys -----------------------------------------------------------------------
+#
+# The candidate scan leaves out keys at their limit as this statement's snapshot sees them
+# (their running jobs counted by the partial index django_jobs_key_running), so that a busy key
+# does not fill a batch with jobs that cannot start. That snapshot may be stale, so the
+# decision is django_jobs_admit_keys's (migration 0007): it locks each key's row, with SKIP
+# LOCKED, then counts the key's running jobs in a snapshot taken after the lock. It runs once
+# per claim, and only for a batch that holds a keyed job: `(SELECT ...)` is an InitPlan,
+# evaluated when the OR first needs it. Outcome writes touch none of this and wait for nothing.
+_KEY_ROOM_FILTER = (
+    " AND (concurrency_key IS NULL"
+    " OR concurrency_limit > django_jobs_running_with_key(type, concurrency_key))"
+)
+_ADMIT_KEYS = (
+    ", admitted AS (SELECT * FROM candidates WHERE concurrency_key IS NULL OR id = ANY((SELECT"
+    " django_jobs_admit_keys(array_agg(id), array_agg(type), array_agg(concurrency_key),"
+    " array_agg(concurrency_limit)) FROM (SELECT * FROM candidates WHERE concurrency_key IS NOT NULL"
+    " ORDER BY priority DESC, available_at, id) AS keyed)::bigint[]))"
+)
+
+# ---- rate limits ----------------------------------------------------------------------------
+#
+# Only in the statement of a worker that knows a rate-limited type. django_jobs_admit_starts
+# (migration 0007) takes starts from each type's window row, locked, for the chosen jobs of
+# rate-limited types that start now; like the keys' function, it runs only for a batch that
+# holds such a job. A rate-limited job is never prefetched: its claim is its start, and the
+# start the window counts. The window rows are created before the claims need them (see
+# open_rate_windows). The candidate scan leaves out types whose window is full as the snapshot
+# sees it: its starts are in order, so it is full when its COUNT-th latest start is within the
+# window (a subscript out of range is NULL: not full). The test is a NOT IN of a hashed
+# subquery: `<> ALL(ARRAY(...))` makes the planner expect no row to pass, and trade the
+# ordered scan of the claim index for a sequential scan and a sort.
+_RATE_LIMITS = (
+    "unnest(%(rate_types)s::text[], %(rate_counts)s::int[], %(rate_seconds)s::float8[]) r(t, cap, secs)"
+)
+_RATE_ROOM_FILTER = (
+    f" AND type::text NOT IN (SELECT t FROM django_jobs_ratewindow JOIN {_RATE_LIMITS} ON t = type"
+    " WHERE starts[cardinality(starts) - cap + 1] > now() - make_interval(secs => secs))"
+)
+_ADMIT_RATES = (
+    ", next AS (SELECT id, start, position FROM chosen WHERE type::text <> ALL(%(rate_types)s::text[])"
+    " OR start AND id = ANY((SELECT django_jobs_admit_starts(array_agg(id), array_agg(type),"
+    " array_agg(queue), %(rate_types)s, %(rate_counts)s, %(rate_seconds)s) FROM chosen"
+    " WHERE start AND type::text = ANY(%(rate_types)s::text[]))::bigint[]))"
+)
+_NO_RATES = ", next AS (SELECT id, start, position FROM chosen)"
+_ENSURE_RATE_WINDOWS = (
+    "INSERT INTO django_jobs_ratewindow (type, starts) SELECT unnest(%s::text[]), '{}' ON CONFLICT DO NOTHING"
+)
+
 
 class ClaimStatement:
     """The claim of one worker: built once for its queues and the job types it knows.
 
     ``versions`` maps each type to the newest payload version the worker can decode, and
     ``oldest`` to the oldest its upcasters reach (default: 1); ``leases`` maps it to the lease
-    its executions get (default ``LEASE_TIMEOUT``).
+    its executions get (default ``LEASE_TIMEOUT``); ``rate_limits`` to the type's rate limit,
+    if it has one. Concurrency keys need nothing: their limits are stored on the jobs.
     """
 
     def __init__(
@@ -157,6 +214,7 @@ class ClaimStatement:
         versions: dict[str, int],
         leases: dict[str, float] | None = None,
         oldest: dict[str, int] | None = None,
+        rate_limits: dict[str, RateLimit] | None = None,
     ) -> None:
         if not versions:
             raise ValueError("a worker that knows no job type can claim nothing")
@@ -165,7 +223,12 @@ class ClaimStatement:
         oldest = oldest or {}
         template = _CLAIM_NAMED_QUEUES if queues else _CLAIM_ANY_QUEUE
         gaps = any(oldest.get(name, 1) > 1 for name in names)
-        template = template.replace("{oldest_filter}", _OLDEST_FILTER if gaps else "")
+        rates = {name: limit for name, limit in (rate_limits or {}).items() if name in versions}
+        # The filters of keys and rate windows join the version filters at the end of
+        # _CLAIM_FILTER; the rate-limit parts are left out of a worker that needs none.
+        filters = (_OLDEST_FILTER if gaps else "") + _KEY_ROOM_FILTER + (_RATE_ROOM_FILTER if rates else "")
+        template = template.replace("{oldest_filter}", filters).replace("{admit_keys}", _ADMIT_KEYS)
+        template = template.replace("{admit_rates}", _ADMIT_RATES if rates else _NO_RATES)
         # Per-type values travel as arrays aligned with `types`: the statement's text stays the
         # same size however many types a worker knows, so psycopg keeps its parsed form cached
         # (it caches statements up to 4 KiB; one CASE branch per type outgrew that).
@@ -178,6 +241,12 @@ class ClaimStatement:
             "oldest": [oldest.get(name, 1) for name in names],
             "leases": [float(leases.get(name, jobs_settings.LEASE_TIMEOUT)) for name in names],
         }
+        #: The rate-limited types this statement claims, whose window rows must exist.
+        self.rate_limited = sorted(rates)
+        if rates:
+            self._params["rate_types"] = self.rate_limited
+            self._params["rate_counts"] = [rates[name].count for name in self.rate_limited]
+            self._params["rate_seconds"] = [rates[name].seconds for name in self.rate_limited]
 
     def params(
         self, limit: int, start_now: int | None = None, rooms: Sequence[int] | None = None, turn: int = 0
@@ -216,6 +285,17 @@ def claim(
     # queues, the queues' turns), the counted ones first since they are meant for idle threads.
     rows.sort(key=lambda row: (not row[-3], row[-1]))
     return [Claim(*row[:-1]) for row in rows]
+
+
+def open_rate_windows(types: Sequence[str]) -> None:
+    """Create the window rows of these rate-limited types, if missing.
+
+    The claim starts no job of a type whose window row is missing: a worker creates its
+    types' rows before its first claim, and the reaper creates them again if they were deleted.
+    """
+    if types:
+        with connections[jobs_settings.DATABASE].cursor() as cursor:
+            cursor.execute(_ENSURE_RATE_WINDOWS, [list(types)])
 
 
 # One statement writes any mix of outcomes: the guarded UPDATE moves the rows still owned by

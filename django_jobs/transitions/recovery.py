@@ -133,3 +133,21 @@ def prune(status: str, older_than: float, limit: int) -> int:
     with connections[jobs_settings.DATABASE].cursor() as cursor:
         cursor.execute(_PRUNE, [status, older_than, limit])
         return int(cursor.rowcount)
+
+
+# A key's row only serializes the claims of its key (its running jobs are counted from the job
+# table), so deleting it loses nothing: the next claim of the key creates it again. SKIP LOCKED
+# leaves alone a row a claim is deciding on.
+_FORGET_IDLE_KEYS = """
+DELETE FROM django_jobs_concurrencykey WHERE id IN (
+    SELECT id FROM django_jobs_concurrencykey
+    WHERE django_jobs_running_with_key(type, key) = 0 LIMIT %s FOR UPDATE SKIP LOCKED
+)
+"""
+
+
+def forget_idle_keys(limit: int) -> int:
+    """Delete up to ``limit`` rows of concurrency keys with no running job."""
+    with connections[jobs_settings.DATABASE].cursor() as cursor:
+        cursor.execute(_FORGET_IDLE_KEYS, [limit])
+        return int(cursor.rowcount)

@@ -24,7 +24,7 @@ from django_jobs import (
     job,
 )
 from testproject.demo.client import call_provider, lookup_operation
-from testproject.testjobs.models import BusinessRow, EffectLog
+from testproject.testjobs.models import BusinessRow, EffectLog, KeyedRun
 
 FAST = Backoff(base=0.05, cap=0.2, jitter=0.5)
 
@@ -403,3 +403,21 @@ def bad_reports(ctx: JobContext, payload: dict[str, Any]) -> None:
 @job("test.payment", sensitive=("card", "cvc"))
 def payment(ctx: JobContext, payload: dict[str, Any]) -> None:
     """Carries a card in its payload: the console masks it for people without the permission."""
+
+
+@job("test.keyed", backoff=FAST, concurrency_key=lambda payload: payload.get("key"), concurrency_limit=2)
+def keyed(ctx: JobContext, payload: dict[str, Any]) -> None:
+    """At most two per key at once; records when it ran, for the tests to count overlaps."""
+    started = time.time()
+    time.sleep(payload.get("seconds", 0.0))
+    KeyedRun.objects.create(key=payload["key"], job_id=ctx.job_id, started=started, finished=time.time())
+
+
+@job("test.keyed_once", backoff=FAST)
+def keyed_once(ctx: JobContext, payload: dict[str, Any]) -> None:
+    """No key of its own: enqueue() gives one, and the default limit of one applies."""
+
+
+@job("test.rated", rate_limit="20/s")
+def rated(ctx: JobContext, payload: dict[str, Any]) -> None:
+    """At most 20 starts in any second, across all workers."""

@@ -23,3 +23,15 @@ class EffectLog(models.Model):
 
     def __str__(self) -> str:
         return self.key
+
+
+class KeyedRun(models.Model):
+    """When one execution of a job with a concurrency key ran: tests count the overlaps per key."""
+
+    key = models.CharField(max_length=200)
+    job_id = models.BigIntegerField()
+    started = models.FloatField()  # time.time() of the worker process, all on one host
+    finished = models.FloatField()
+
+    def __str__(self) -> str:
+        return f"{self.key} #{self.job_id}"
