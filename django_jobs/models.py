@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.contrib.postgres.fields import ArrayField
 from django.db import connections, models
 from django.db.models import Q
 from django.db.models.functions import Now
@@ -241,6 +240,19 @@ class ConcurrencyKey(models.Model):
         return f"{self.type} {self.key}"
 
 
+class TimestampArray(models.Field):  # type: ignore[type-arg]  # generic only in the stubs
+    """A ``timestamptz[]`` column, written and read by the claim's SQL functions.
+
+    Not ``django.contrib.postgres``'s ArrayField: that one requires the postgres app in
+    ``INSTALLED_APPS`` (Django 6 checks it), which a job system has no business asking for.
+    """
+
+    description = "An array of timestamps"
+
+    def db_type(self, connection: Any) -> str:
+        return "timestamp with time zone[]"
+
+
 class RateWindow(models.Model):
     """The starts of a rate-limited job type within its window, across all workers.
 
@@ -250,7 +262,7 @@ class RateWindow(models.Model):
     """
 
     type = models.CharField(max_length=200, primary_key=True)
-    starts = ArrayField(models.DateTimeField(), default=list)
+    starts = TimestampArray(default=list)
 
     def __str__(self) -> str:
         return f"{self.type}: {len(self.starts)} recent start(s)"

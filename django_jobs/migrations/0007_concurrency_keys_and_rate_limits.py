@@ -12,7 +12,7 @@ locked. The claim's statement stays under psycopg's 4 KiB cache limit too.
 """
 
 from django.db import migrations, models
-import django.contrib.postgres.fields
+import django_jobs.models
 
 CREATE_SQL = """
 -- The running jobs of one concurrency key, by the partial index django_jobs_key_running.
@@ -156,9 +156,7 @@ class Migration(migrations.Migration):
                 ("type", models.CharField(max_length=200, primary_key=True, serialize=False)),
                 (
                     "starts",
-                    django.contrib.postgres.fields.ArrayField(
-                        base_field=models.DateTimeField(), default=list, size=None
-                    ),
+                    django_jobs.models.TimestampArray(default=list),
                 ),
             ],
         ),
