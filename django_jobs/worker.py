@@ -459,8 +459,9 @@ class Worker:
         if self.stats.first_claim_at is None:
             self.stats.first_claim_at = time.monotonic()
         self.stats.claimed += len(claims)
-        with self._lock:
-            self._held_by_queue.update(c.queue for c in claims)
+        if self.queue_slots is not None:
+            with self._lock:
+                self._held_by_queue.update(c.queue for c in claims)
         self._pool.submit([Held(c, self._lease_for(c)) for c in claims])
         return len(claims)
 
@@ -501,7 +502,10 @@ class Worker:
         self._record_many([Finished(h.claim, Happened.NOT_STARTED) for h in held])
 
     def _let_go(self, claims: list[Claim]) -> None:
-        """These jobs no longer hold a slot of their queue."""
+        """These jobs no longer hold a slot of their queue (counted only when queues have slots:
+        this runs for every job)."""
+        if self.queue_slots is None:
+            return
         with self._lock:
             self._held_by_queue.subtract(c.queue for c in claims)
 

@@ -8,13 +8,11 @@ import time
 from collections.abc import Iterator
 
 import pytest
-from django.db import connection
 
 from django_jobs import enqueue, pause_queue, resume_queue
-from django_jobs.listener import CHANNEL
 from django_jobs.models import Job, QueueEvent
 from django_jobs.states import JobStatus
-from tests.process.workers import WorkerProcess, wait_for
+from tests.process.workers import WorkerProcess, listening_workers, wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -25,20 +23,12 @@ DEFAULT_POLL = {"DJANGO_JOBS_POLL_INTERVAL": "1.0"}
 def two_workers(worker_env: dict[str, str]) -> Iterator[list[WorkerProcess]]:
     workers = [WorkerProcess({**worker_env, **DEFAULT_POLL}, "--concurrency", "2") for _ in range(2)]
     try:
-        wait_for(lambda: _listeners() == 2, what="both workers to LISTEN")
+        wait_for(lambda: listening_workers() == 2, what="both workers to LISTEN")
         yield workers
     finally:
         for worker in workers:
             worker.stop()
 
-
-def _listeners() -> int:
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND query = %s",
-            [f"LISTEN {CHANNEL}"],
-        )
-        return int(cursor.fetchone()[0])
 
 
 def _statuses(jobs: list[Job]) -> set[str]:

@@ -17,7 +17,7 @@ from django_jobs.listener import CHANNEL
 from django_jobs.models import Job
 from django_jobs.states import JobStatus
 from tests.process.throwaway_pg import ThrowawayCluster
-from tests.process.workers import WorkerProcess, wait_for
+from tests.process.workers import WorkerProcess, listening_workers, wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -48,19 +48,11 @@ def p95(samples: list[float]) -> float:
 def listening_worker(worker_env: dict[str, str]) -> Iterator[WorkerProcess]:
     worker = WorkerProcess({**worker_env, **DEFAULT_POLL})
     try:
-        wait_for(lambda: _listeners() == 1, what="the worker to LISTEN")
+        wait_for(lambda: listening_workers() == 1, what="the worker to LISTEN")
         yield worker
     finally:
         worker.stop()
 
-
-def _listeners() -> int:
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND query = %s",
-            [f"LISTEN {CHANNEL}"],
-        )
-        return int(cursor.fetchone()[0])
 
 
 def test_an_idle_worker_starts_a_new_job_within_milliseconds(listening_worker: WorkerProcess) -> None:
@@ -88,7 +80,7 @@ def test_the_listener_comes_back_after_its_connection_is_killed(listening_worker
         )
     during = enqueue("test.noop", {})  # perhaps while nobody listens: found within a poll
     assert pickup_ms(during) < 1500
-    wait_for(lambda: _listeners() == 1, what="the worker to LISTEN again")
+    wait_for(lambda: listening_workers() == 1, what="the worker to LISTEN again")
     assert p95(pickups(10)) < 50
     assert "listening connection lost" in listening_worker.output()
 
@@ -171,7 +163,7 @@ def test_with_notify_off_a_worker_polls_every_poll_interval(worker_env: dict[str
     worker = WorkerProcess({**worker_env, **DEFAULT_POLL, "DJANGO_JOBS_NOTIFY": "0"})
     try:
         time.sleep(1.5)  # started and idle
-        assert _listeners() == 0
+        assert listening_workers() == 0
         samples = [pickup_ms(enqueue("test.noop", {})) for _ in range(3)]
         assert max(samples) < 1600, samples  # within a poll interval (and the claim)
     finally:

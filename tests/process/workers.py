@@ -69,3 +69,17 @@ def wait_for(condition: Callable[[], bool], timeout: float = 20.0, what: str = "
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout}s waiting for {what}")
         time.sleep(0.05)
+
+
+def listening_workers() -> int:
+    """Worker connections of the test database LISTENing for jobs (their last statement)."""
+    from django.db import connection
+
+    from django_jobs.listener import CHANNEL
+
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND query = %s",
+            [f"LISTEN {CHANNEL}"],
+        )
+        return int(cursor.fetchone()[0])
