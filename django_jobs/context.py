@@ -21,7 +21,7 @@ from typing import Any, Protocol, TypeVar
 from django_jobs import effects, transitions
 from django_jobs.conf import jobs_settings
 from django_jobs.errors import DeadlineExceeded, InvalidCheckpoint, InvalidProgress, JobCancelled
-from django_jobs.jsonvalues import encode, plain_json_problem
+from django_jobs.jsonvalues import bounded_problem, encode, plain_json_problem
 
 T = TypeVar("T")
 
@@ -296,12 +296,11 @@ class JobContext:
         if problem is not None:
             raise InvalidCheckpoint(f"{problem}; nothing was written")
         encoded = encode(data)
-        size, limit = len(encoded.encode()), jobs_settings.MAX_CHECKPOINT_BYTES
-        if size > limit:
-            raise InvalidCheckpoint(
-                f"checkpoint is {size} bytes encoded, over MAX_CHECKPOINT_BYTES ({limit}); "
-                "nothing was written"
-            )
+        too_large = bounded_problem(
+            encoded, "checkpoint", "MAX_CHECKPOINT_BYTES", jobs_settings.MAX_CHECKPOINT_BYTES
+        )
+        if too_large is not None:
+            raise InvalidCheckpoint(f"{too_large}; nothing was written")
         if self._lease.lost or not self._writer.run(
             lambda: transitions.set_checkpoint(self.job_id, self.execution_id, encoded)
         ):

@@ -54,3 +54,11 @@ def _with_article(noun: str) -> str:
 def encode(value: object) -> str:
     """``value`` as compact JSON text; check it with :func:`plain_json_problem` first."""
     return json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+
+
+def bounded_problem(encoded: str, what: str, setting: str, limit: int) -> str | None:
+    """Why ``encoded`` (the JSON text of ``what``) is too large for ``setting``, or None."""
+    size = len(encoded.encode())
+    if size > limit:
+        return f"{what} is {size} bytes encoded, over {setting} ({limit})"
+    return None

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from django_jobs.conf import jobs_settings
 from django_jobs.errors import InvalidResult
-from django_jobs.jsonvalues import encode, plain_json_problem
+from django_jobs.jsonvalues import bounded_problem, encode, plain_json_problem
 
 
 def encode_result(value: object) -> str | None:
@@ -25,7 +25,7 @@ def encode_result(value: object) -> str | None:
     if problem is not None:
         raise InvalidResult(f"{problem}; return plain JSON (dict, list, str, int, float, bool, None)")
     encoded = encode(value)
-    size, limit = len(encoded.encode()), jobs_settings.MAX_RESULT_BYTES
-    if size > limit:
-        raise InvalidResult(f"return value is {size} bytes encoded, over MAX_RESULT_BYTES ({limit})")
+    too_large = bounded_problem(encoded, "return value", "MAX_RESULT_BYTES", jobs_settings.MAX_RESULT_BYTES)
+    if too_large is not None:
+        raise InvalidResult(too_large)
     return encoded
