@@ -166,4 +166,3 @@ def happened_for(exc: BaseException) -> tuple[Happened, str, float | None]:
         OutcomeKind.RETRY: Happened.RETRYABLE,
     }[classification.kind]
     return happened, classification.code, classification.retry_after
-

@@ -67,9 +67,7 @@ def decide_recovery(expired: Expired, rng: Random = random.random) -> Recovery:
     # A prefetched execution whose start was never recorded is treated as never started.
     attempt = expired.attempts if expired.started else expired.attempts + 1
     happened = Happened.LOST if expired.started else Happened.NOT_STARTED
-    situation = Situation(
-        happened, attempt, expired.max_attempts, expired.on_lost, expired.cancel_requested
-    )
+    situation = Situation(happened, attempt, expired.max_attempts, expired.on_lost, expired.cancel_requested)
     decision = decide(situation, lambda: retry_policy(expired.type), rng)
     lost = f"execution {expired.execution_id} on worker {expired.worker_id} stopped renewing its lease"
     if not expired.started:
