@@ -33,7 +33,6 @@ from drain import bench_url, recreate_database  # noqa: E402
 _SIZES = (
     "SELECT pg_table_size('django_jobs_job'), pg_indexes_size('django_jobs_job'),"
     " pg_total_relation_size('django_jobs_jobevent'),"
-    " (SELECT n_live_tup FROM pg_stat_user_tables WHERE relname = 'django_jobs_job'),"
     " (SELECT n_dead_tup FROM pg_stat_user_tables WHERE relname = 'django_jobs_job'),"
     " (SELECT autovacuum_count FROM pg_stat_user_tables WHERE relname = 'django_jobs_job')"
 )
@@ -75,7 +74,8 @@ def main() -> None:
         f" reaper every {args.reaper_interval:g}s; one runjobs process"
     )
     print(
-        f"{'s':>6} {'jobs/s':>8} {'rows':>9} {'table MB':>9} {'indexes MB':>10} {'events MB':>9} {'dead':>8} {'vacuums':>7}"
+        f"{'s':>6} {'jobs/s':>8} {'rows':>9} {'table MB':>9} {'indexes MB':>10} {'events MB':>9}"
+        f" {'dead':>8} {'vacuums':>7}"
     )
     worker = subprocess.Popen(
         [sys.executable, str(ROOT / "manage.py"), "runjobs", "-v", "0"], cwd=ROOT, env=env
@@ -99,7 +99,7 @@ def main() -> None:
                 finished = enqueued >= args.jobs and active == 0
                 if now - last_at >= args.every or finished:
                     done = enqueued - conn.execute(_ACTIVE).fetchone()[0]  # type: ignore[index]
-                    table, indexes, events, live, dead, vacuums = conn.execute(_SIZES).fetchone()  # type: ignore[misc]
+                    table, indexes, events, dead, vacuums = conn.execute(_SIZES).fetchone()  # type: ignore[misc]
                     rows = conn.execute("SELECT count(*) FROM django_jobs_job").fetchone()[0]  # type: ignore[index]
                     sample = {
                         "at": now - started,

@@ -117,7 +117,8 @@ def main() -> None:
         p99 = ms[min(len(ms) - 1, int(0.99 * len(ms)))]
         reference = reference if reference is not None else p99
         print(
-            f"{rows:>9,} rows, {name:>10}: claim ms p50 {statistics.median(ms):7.2f}  p99 {p99:7.2f}  max {ms[-1]:7.2f}"
+            f"{rows:>9,} rows, {name:>10}: claim ms p50 {statistics.median(ms):7.2f}"
+            f"  p99 {p99:7.2f}  max {ms[-1]:7.2f}"
             f"  | p99 {p99 / reference:5.2f}x the reference"
         )
 
