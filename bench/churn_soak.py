@@ -1,12 +1,15 @@
 """A million jobs through enqueue → complete → retention, at full speed: does anything grow?
 
-``.venv/bin/python bench/churn_soak.py [--jobs 1000000] [--retention 10] [--reaper-interval 5]``
+``.venv/bin/python bench/churn_soak.py [--jobs 1000000] [--retention 10] [--reaper-interval 5]
+[--own-cluster [-c NAME=VALUE ...]]``
 
-On the dedicated database ``django_jobs_bench`` (dropped, re-created and migrated), one
+On the dedicated database ``django_jobs_bench`` (dropped, re-created and migrated) — or, with
+``--own-cluster``, on a PostgreSQL cluster of its own (``initdb`` in a temporary directory, stock
+settings but for the ``-c`` ones, removed at the end), since autovacuum may be off on a shared
+server — one
 ``runjobs`` process (defaults, but completed jobs kept ``--retention`` seconds and a reaper pass
 every ``--reaper-interval`` seconds) drains no-op jobs while this process keeps a backlog of
 about ``--backlog`` jobs with ``enqueue_many`` (1,000 per call) until ``--jobs`` were enqueued.
-PostgreSQL's autovacuum runs with its stock settings.
 
 Every ``--every`` seconds it prints the jobs finished in that interval (jobs/s), the rows in the
 job table, and the sizes of the job table, its indexes and the events table. At the end it
@@ -20,6 +23,7 @@ import os
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -48,10 +52,28 @@ def main() -> None:
     parser.add_argument("--retention", type=float, default=10.0, help="seconds completed jobs are kept")
     parser.add_argument("--reaper-interval", type=float, default=5.0)
     parser.add_argument("--every", type=float, default=10.0, help="seconds between two samples")
+    parser.add_argument("--own-cluster", action="store_true", help="run on a throwaway cluster of its own")
+    parser.add_argument("-c", action="append", default=[], metavar="NAME=VALUE", help="its server settings")
     args = parser.parse_args()
 
-    url = bench_url()
-    recreate_database(url)
+    cluster = None
+    if args.own_cluster:
+        from tests.process.throwaway_pg import ThrowawayCluster
+
+        cluster = ThrowawayCluster(**dict(setting.split("=", 1) for setting in args.c))
+        cluster.create()
+        url = cluster.url
+    else:
+        url = bench_url()
+        recreate_database(url)
+    try:
+        soak(args, url)
+    finally:
+        if cluster is not None:
+            cluster.destroy()
+
+
+def soak(args: argparse.Namespace, url: str) -> None:
     env = {
         **os.environ,
         "DATABASE_URL": url,
@@ -69,6 +91,14 @@ def main() -> None:
     call_command("migrate", verbosity=0)
     from django_jobs import enqueue_many
 
+    with psycopg.connect(url, autocommit=True) as conn:
+        settings = conn.execute(
+            "SELECT string_agg(name || '=' || setting, ', ' ORDER BY name) FROM pg_settings"
+            " WHERE name IN ('autovacuum', 'autovacuum_naptime', 'autovacuum_vacuum_scale_factor',"
+            " 'autovacuum_vacuum_cost_delay', 'autovacuum_vacuum_cost_limit', 'synchronous_commit')"
+        ).fetchone()[0]  # type: ignore[index]
+    print(f"PostgreSQL: {settings}")
+
     print(
         f"{args.jobs:,} no-op jobs, backlog ~{args.backlog:,}, completed kept {args.retention:g}s,"
         f" reaper every {args.reaper_interval:g}s; one runjobs process"
@@ -77,8 +107,10 @@ def main() -> None:
         f"{'s':>6} {'jobs/s':>8} {'rows':>9} {'table MB':>9} {'indexes MB':>10} {'events MB':>9}"
         f" {'dead':>8} {'vacuums':>7}"
     )
+    log = tempfile.NamedTemporaryFile(prefix="churn_soak_worker_", suffix=".log", delete=False)  # noqa: SIM115
+    print(f"the worker's log: {log.name}")
     worker = subprocess.Popen(
-        [sys.executable, str(ROOT / "manage.py"), "runjobs", "-v", "0"], cwd=ROOT, env=env
+        [sys.executable, str(ROOT / "manage.py"), "runjobs"], cwd=ROOT, env=env, stdout=log, stderr=log
     )
     samples: list[dict[str, Any]] = []
     enqueued = 0

@@ -112,13 +112,13 @@ def recover(limit: int | None = None) -> dict[str, int]:
 def prune(limit_per_status: int | None = None, budget: float | None = None) -> dict[str, int]:
     """Delete finished jobs older than their status's retention, in batches, until each status
     is caught up, ``limit_per_status`` jobs were deleted, or ``budget`` seconds were spent
-    (default: a third of ``REAPER_INTERVAL``).
+    (default: half of ``REAPER_INTERVAL``).
 
     The budget is time, not a count: workers finishing thousands of jobs a second finish
     millions between two passes, and a fixed count per pass would let the table grow for ever.
     """
     counts: dict[str, int] = {}
-    ends = time.monotonic() + (jobs_settings.REAPER_INTERVAL / 3 if budget is None else budget)
+    ends = time.monotonic() + (jobs_settings.REAPER_INTERVAL / 2 if budget is None else budget)
     for status, keep in jobs_settings.RETENTION.items():
         if keep is None:
             continue

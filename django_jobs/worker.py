@@ -706,7 +706,10 @@ class Worker:
             self._wake.clear()
         self._writer_done.set()
         self._outcomes_waiting.set()
-        self._writer.join()
+        # A writer stuck on an unreachable database does not hold the shutdown: the flushes
+        # below take what it has not taken (it writes its own batch if it ever can).
+        if self._writer.is_alive():
+            self._writer.join(timeout=max(self.grace, 5.0))
         self._flush_patiently(until=time.monotonic() + max(self.grace, 5.0))
         with self._lock:
             self._closed.set()
