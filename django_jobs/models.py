@@ -7,14 +7,17 @@ Status writes do not go through these models: ``transitions.py`` is their only w
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 from django.db import connections, models
-from django.db.models import Q
+from django.db.models import BooleanField, Q
+from django.db.models.expressions import RawSQL
 from django.db.models.functions import Now
 
 from django_jobs.registry import QUEUE_PATTERN
 from django_jobs.states import ACTIVE_STATUSES, KEY_HOLDING_STATUSES, EventKind, JobStatus
+from django_jobs.transitions.claimable import CLAIM_ORDER, claim_filter, claim_inputs, positional
 
 
 class JobQuerySet(models.QuerySet["Job"]):
@@ -35,6 +38,27 @@ class JobQuerySet(models.QuerySet["Job"]):
     def stale(self) -> JobQuerySet:
         """Running jobs whose lease expired: their worker is presumed lost (the reaper's prey)."""
         return self.filter(status=JobStatus.RUNNING, lease_expires_at__lt=Now())
+
+    def claimable(
+        self, queues: Iterable[str] | None = None, types: Iterable[str] | None = None
+    ) -> JobQuerySet:
+        """The jobs a worker of this process could claim now, in the order it would claim them.
+
+        The claim's own conditions, from the same SQL text (``transitions.claimable``): pending,
+        due by the database's clock, of a type this process has a handler for (among ``types``,
+        when given) and a payload version it can read, in a queue that is not paused (among
+        ``queues``, when given), with room under its concurrency key and rate limit as the
+        claim's candidate scan sees them; best priority first, then the longest due. Raises
+        nothing for names nobody knows: they match no job.
+        """
+        inputs = claim_inputs(types)
+        if not inputs.versions:
+            return self.none()
+        sql, params = positional(*claim_filter(inputs))
+        claimable = self.filter(RawSQL(sql, params, output_field=BooleanField()))
+        if queues is not None:
+            claimable = claimable.filter(queue__in=list(queues))
+        return claimable.order_by(*CLAIM_ORDER)
 
     def distinct_values(self, column: str) -> list[str]:
         """The distinct non-null values of an indexed column, by a loose index scan.
