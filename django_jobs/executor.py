@@ -70,15 +70,32 @@ def execute(claim: Claim, lease: Lease, side_writer: SideWriter | None = None) -
         # Refused before the handler began (a crowded or restarting database): given back
         # uncounted; the code tells the worker to back off.
         return Finished(claim, Happened.NOT_STARTED, ErrorCode.DATABASE_UNAVAILABLE)
+    try:
+        return run(claim, lease, side_writer)
+    finally:
+        _reset_connections()
+
+
+def run(
+    claim: Claim, lease: Lease, side_writer: SideWriter | None = None, *, reraise_base: bool = False
+) -> Finished:
+    """Run the handler of ``claim`` on the calling thread's connections, as they are, and say
+    how it ended.
+
+    Raises nothing, unless ``reraise_base``: then a ``BaseException`` that is not an
+    ``Exception`` (``SystemExit``, ``KeyboardInterrupt``) propagates as it would from any
+    function, and the execution is left to its lease, as after a crash.
+    """
     started = time.perf_counter()
     lease.start()
     try:
         finished = _run(claim, lease, side_writer, started)
     except BaseException as exc:  # SystemExit, KeyboardInterrupt, CancelledError: still an outcome
+        if reraise_base and not isinstance(exc, Exception):
+            raise
         finished = _failure(claim, exc, started)
     finally:
         lease.done = True
-        _reset_connections()
     if finished.happened is not None and lease.lost:
         finished = Finished(claim, None, ran_for=finished.ran_for)
     if finished.happened is None:

@@ -101,6 +101,14 @@ def write(
     A job missing from the result was taken over by another execution (its lease was lost).
     Raises only when the jobs database is unreachable (the caller keeps the batch and retries).
     """
+    return {job_id: str(outcome.status) for job_id, outcome in record(finished, cancel_requested).items()}
+
+
+def record(
+    finished: Sequence[Finished], cancel_requested: set[int] | frozenset[int] = frozenset()
+) -> dict[int, Outcome]:
+    """Write the outcomes of ``finished`` executions, like :func:`write`, and return
+    ``{job id: the outcome written}``."""
     live = [f for f in finished if f.happened is not None]
     by_id = {f.claim.id: f for f in live}
     outcomes = [outcome_for(f, f.claim.id in cancel_requested) for f in live]
@@ -113,28 +121,29 @@ def write(
     return written
 
 
-def _write(outcomes: list[Outcome]) -> dict[int, str]:
+def _write(outcomes: list[Outcome]) -> dict[int, Outcome]:
     try:
         ids = transitions.write_outcomes(outcomes)
-        return {o.job_id: str(o.status) for o in outcomes if o.job_id in ids}
+        return {o.job_id: o for o in outcomes if o.job_id in ids}
     except DATABASE_UNAVAILABLE:
         raise
     except DatabaseError:
         logger.exception("a batch of %s outcome(s) was refused; writing them one by one", len(outcomes))
-    written: dict[int, str] = {}
+    written: dict[int, Outcome] = {}
     for outcome in outcomes:
         try:
             if transitions.write_outcomes([outcome]):
-                written[outcome.job_id] = str(outcome.status)
+                written[outcome.job_id] = outcome
         except DATABASE_UNAVAILABLE:
             raise
         except DatabaseError as exc:
-            if _write_refused(outcome, exc):
-                written[outcome.job_id] = JobStatus.FAILED
+            replacement = _write_refused(outcome, exc)
+            if replacement is not None:
+                written[outcome.job_id] = replacement
     return written
 
 
-def _write_refused(outcome: Outcome, exc: DatabaseError) -> set[int]:
+def _write_refused(outcome: Outcome, exc: DatabaseError) -> Outcome | None:
     """End the one job whose outcome the database refused, with a plain, storable error."""
     logger.error(
         "outcome refused by the database id=%s status=%s: %s; the job ends failed (%s)",
@@ -153,12 +162,12 @@ def _write_refused(outcome: Outcome, exc: DatabaseError) -> set[int]:
         ran_for=outcome.ran_for,
     )
     try:
-        return transitions.write_outcomes([replacement])
+        return replacement if transitions.write_outcomes([replacement]) else None
     except DATABASE_UNAVAILABLE:
         raise
     except DatabaseError:
         logger.exception("could not end job id=%s; its lease decides", outcome.job_id)
-        return set()
+        return None
 
 
 def _number(value: object) -> float | None:
