@@ -14,7 +14,7 @@ import math
 from collections.abc import Callable, Iterable, Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from django.conf import settings
 from django.db import connections, transaction
@@ -39,6 +39,16 @@ ConcurrencyKey = UniqueKey
 
 _ROWS_PER_INSERT = 5000
 _MAX_UNIQUE_KEY = 200
+
+
+class Capture(Protocol):
+    def __call__(self, jobs: list[Job], delay: float, insert: Callable[[], list[Job]]) -> list[Job]: ...
+
+
+#: Set while ``django_jobs.testing.enqueued_jobs()`` records a block: it sees every call that
+#: passed validation (its jobs, unsaved, and the delay asked for), records it, and returns the
+#: jobs ``insert()`` wrote, or the unsaved ones when the block keeps them out of the database.
+capture: Capture | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,6 +150,8 @@ def enqueue_many(
         items.append(_Item(payload, encoded, key, concurrency))
     if not items:
         return []
+    if capture is not None:
+        return capture(_unsaved(options, items), options.delay, lambda: _insert(options, items))
     return _insert(options, items)
 
 
@@ -327,6 +339,30 @@ def _insert_chunks(cursor: Any, options: _Options, items: list[_Item]) -> list[t
         )
         rows += cursor.fetchall()
     return rows
+
+
+def _unsaved(options: _Options, items: list[_Item]) -> list[Job]:
+    """The jobs of a call as model instances that were never written (no id, no dates but
+    ``run_at``, as ``available_at``)."""
+    when = {"available_at": options.run_at} if options.run_at is not None else {}
+    return [
+        Job(
+            **when,
+            queue=options.queue,
+            type=options.type,
+            version=options.version,
+            payload=item.payload,
+            status="pending",
+            priority=options.priority,
+            attempts=0,
+            max_attempts=options.max_attempts,
+            unique_key=item.unique_key,
+            on_lost=options.on_lost,
+            concurrency_key=item.concurrency_key,
+            concurrency_limit=options.concurrency_limit if item.concurrency_key is not None else None,
+        )
+        for item in items
+    ]
 
 
 def _new_job(alias: str, options: _Options, item: _Item, returned: tuple[Any, ...]) -> Job:
