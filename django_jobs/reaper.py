@@ -18,16 +18,20 @@ went missing.
 
 It clears the owner fields and records a ``recovered`` event with the lost execution's id. It
 is safe in many processes at once (SKIP LOCKED, guarded updates) and uses database time only.
-``runjobs`` runs it every ``REAPER_INTERVAL``; ``reapjobs`` runs it on its own.
+``runjobs`` runs it every ``REAPER_INTERVAL``; ``reapjobs`` runs it on its own, and
+``reapjobs --json`` reports each recovery.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import logging
 import random
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from django.db import connections
 from django.db.models.functions import Now
@@ -39,7 +43,7 @@ from django_jobs.decision import Happened, Situation, decide
 from django_jobs.errors import DATABASE_UNAVAILABLE, ErrorCode
 from django_jobs.models import LiveWorker
 from django_jobs.registry import registry, retry_policy
-from django_jobs.states import EventKind
+from django_jobs.states import EventKind, JobStatus
 from django_jobs.transitions import Expired, Recovery
 
 logger = logging.getLogger("django_jobs.reaper")
@@ -48,14 +52,47 @@ logger = logging.getLogger("django_jobs.reaper")
 BATCH = 500
 
 
+@dataclass(frozen=True)
+class Recovered:
+    """What the reaper did to one job, for the audit of recoveries (``reapjobs --json``)."""
+
+    id: int
+    type: str
+    lost_execution: str
+    worker: str | None
+    #: The status the job was moved to.
+    status: str
+    #: The job's attempts after the recovery.
+    attempts: int
+    max_attempts: int
+    error_code: str
+    #: Why, in words: which execution was lost, and why it goes where it goes.
+    why: str
+    #: Seconds before a job sent back to pending may run again.
+    retry_in: float | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
 @dataclass
 class ReapResult:
     recovered: dict[str, int] = field(default_factory=dict)  # status → count
     pruned: dict[str, int] = field(default_factory=dict)  # status → count
+    #: Each job recovered, in the order of the recoveries.
+    jobs: list[Recovered] = field(default_factory=list)
 
     @property
     def total_recovered(self) -> int:
         return sum(self.recovered.values())
+
+    def as_dict(self) -> dict[str, Any]:
+        """The pass as plain JSON values: counts, and each recovery job by job."""
+        return {
+            "recovered": [job.as_dict() for job in self.jobs],
+            "recovered_by_status": dict(sorted(self.recovered.items())),
+            "pruned": dict(sorted(self.pruned.items())),
+        }
 
 
 def decide_recovery(expired: Expired, rng: Random = random.random) -> Recovery:
@@ -90,24 +127,47 @@ def decide_recovery(expired: Expired, rng: Random = random.random) -> Recovery:
 def recover(limit: int | None = None) -> dict[str, int]:
     """Recover every expired lease (or at most ``limit``); return counts by new status."""
     counts: dict[str, int] = {}
+    for job in recover_jobs(limit):
+        counts[job.status] = counts.get(job.status, 0) + 1
+    return counts
+
+
+def recover_jobs(limit: int | None = None) -> list[Recovered]:
+    """Recover every expired lease (or at most ``limit``); return what was done, job by job."""
+    recovered: list[Recovered] = []
     remaining = limit
     while remaining is None or remaining > 0:
         batch = BATCH if remaining is None else min(BATCH, remaining)
         done = transitions.recover_expired(decide_recovery, batch)
         for recovery in done:
-            status = str(recovery.status)
-            counts[status] = counts.get(status, 0) + 1
             logger.warning(
                 "job recovered id=%s type=%s lost_execution=%s worker=%s attempt=%s/%s → %s",
                 recovery.expired.id, recovery.expired.type, recovery.expired.execution_id,
                 recovery.expired.worker_id, recovery.attempts, recovery.expired.max_attempts,
                 recovery.status,
             )  # fmt: skip
+        recovered += [_recovered(r) for r in done]
         if remaining is not None:
             remaining -= len(done)
         if len(done) < batch:
             break
-    return counts
+    return recovered
+
+
+def _recovered(recovery: Recovery) -> Recovered:
+    expired = recovery.expired
+    return Recovered(
+        id=expired.id,
+        type=expired.type,
+        lost_execution=str(expired.execution_id),
+        worker=expired.worker_id,
+        status=str(recovery.status),
+        attempts=recovery.attempts,
+        max_attempts=expired.max_attempts,
+        error_code=recovery.error_code,
+        why=recovery.reason,
+        retry_in=round(recovery.delay, 3) if recovery.status == JobStatus.PENDING else None,
+    )
 
 
 def prune(limit_per_status: int = 10 * BATCH) -> dict[str, int]:
@@ -146,8 +206,12 @@ def tidy_limits(limit: int = 10 * BATCH) -> int:
 
 
 def run_once() -> ReapResult:
-    """One pass: recover expired leases, then apply retention."""
-    result = ReapResult(recovered=recover(), pruned=prune())
+    """One pass: recover expired leases, then apply retention; says what it did."""
+    jobs = recover_jobs()
+    counts: dict[str, int] = {}
+    for job in jobs:
+        counts[job.status] = counts.get(job.status, 0) + 1
+    result = ReapResult(recovered=counts, pruned=prune(), jobs=jobs)
     forget_silent_workers()
     tidy_limits()
     return result
@@ -157,10 +221,17 @@ class ReaperLoop(threading.Thread):
     """Runs :func:`run_once` every ``REAPER_INTERVAL`` (±20 %, so that the reapers of many
     workers do not fire in step) until ``stop`` is set. Survives database outages."""
 
-    def __init__(self, stop: threading.Event, interval: float | None = None) -> None:
+    def __init__(
+        self,
+        stop: threading.Event,
+        interval: float | None = None,
+        on_pass: Callable[[ReapResult], None] | None = None,
+    ) -> None:
         super().__init__(name="django_jobs-reaper", daemon=True)
         self._stop_event = stop
         self._interval = interval
+        #: Told what each pass did (``reapjobs --loop --json`` prints it).
+        self._on_pass = on_pass
         self.passes = 0
 
     def run(self) -> None:
@@ -176,8 +247,10 @@ class ReaperLoop(threading.Thread):
     def run_now(self) -> None:
         """One pass, on the calling thread; a failure is logged, never raised."""
         try:
-            run_once()
+            result = run_once()
             self.passes += 1
+            if self._on_pass is not None:
+                self._on_pass(result)
         except DATABASE_UNAVAILABLE as exc:
             logger.warning("reaper pass failed, retrying next interval: %s", type(exc).__name__)
             connections[jobs_settings.DATABASE].close()
