@@ -20,6 +20,7 @@ from django.conf import settings
 from django.db import connections, transaction
 from django.utils import timezone
 
+from django_jobs import signals
 from django_jobs.conf import jobs_settings
 from django_jobs.errors import (
     InvalidOption,
@@ -280,6 +281,7 @@ _SELECT_HOLDERS = (
 def _insert(options: _Options, items: list[_Item]) -> list[Job]:
     alias = jobs_settings.DATABASE
     result: list[Job | None] = [None] * len(items)
+    made = [False] * len(items)  # the item created its job (not deduplicated onto another)
     # One INSERT is atomic by itself; several (a large enqueue_many) share a transaction, so
     # the call is all or nothing even in autocommit mode.
     atomic = transaction.atomic(using=alias) if len(items) > _ROWS_PER_INSERT else nullcontext()
@@ -296,6 +298,7 @@ def _insert(options: _Options, items: list[_Item]) -> list[Job]:
             for i in todo:
                 if items[i].unique_key is None:
                     result[i] = _new_job(alias, options, items[i], next(returned))
+                    made[i] = True
                 else:
                     keyed.append(i)
             for row in returned:
@@ -308,10 +311,23 @@ def _insert(options: _Options, items: list[_Item]) -> list[Job]:
                     result[i] = created[key]
                 elif key in by_key:
                     result[i] = created[key] = _new_job(alias, options, items[i], by_key[key])
+                    made[i] = True
                 else:
                     missing.append(i)
             todo = _fill_from_holders(cursor, alias, options, items, missing, result)
+    if signals.job_enqueued.has_listeners(Job):
+        _announce(alias, [job for job, new in zip(result, made, strict=True) if new and job is not None])
     return [job for job in result if job is not None]
+
+
+def _announce(alias: str, jobs: list[Job]) -> None:
+    """Send ``job_enqueued`` for the jobs this call created, once they are committed."""
+
+    def send() -> None:
+        for job in jobs:
+            signals.send(signals.job_enqueued, Job, job=job)
+
+    signals.after_commit(alias, send)
 
 
 def _insert_chunks(cursor: Any, options: _Options, items: list[_Item]) -> list[tuple[Any, ...]]:

@@ -59,18 +59,26 @@ class Finished:
     exception: str | None = None
 
 
-def execute(claim: Claim, lease: Lease, side_writer: SideWriter | None = None) -> Finished:
+def execute(
+    claim: Claim,
+    lease: Lease,
+    side_writer: SideWriter | None = None,
+    on_start: Callable[[Claim], None] | None = None,
+) -> Finished:
     """Run the handler of ``claim`` and say how it ended; never raises.
 
     ``lease`` is shared with the worker's heartbeat: through it the handler learns of a lost
     lease, a cancellation request or its deadline. When the previous attempt may have done its
     side effect (``AMBIGUOUS_CODES``) and the type can ``reconcile``, it is asked first.
+    ``on_start`` is called just before the handler, once its connection is known to work.
     """
     if not _jobs_connection_open():
         # Refused before the handler began (a crowded or restarting database): given back
         # uncounted; the code tells the worker to back off.
         return Finished(claim, Happened.NOT_STARTED, ErrorCode.DATABASE_UNAVAILABLE)
     try:
+        if on_start is not None:
+            on_start(claim)
         return run(claim, lease, side_writer)
     finally:
         _reset_connections()

@@ -11,6 +11,7 @@ never dies of a job's data and the rest of the batch is written.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import random
@@ -18,12 +19,13 @@ from collections.abc import Sequence
 
 from django.db import DatabaseError
 
-from django_jobs import transitions
+from django_jobs import signals, transitions
 from django_jobs.backoff import Backoff, Random
 from django_jobs.conf import jobs_settings
 from django_jobs.decision import MAX_RETRY_DELAY, Happened, Situation, decide
 from django_jobs.errors import DATABASE_UNAVAILABLE, ErrorCode
 from django_jobs.executor import Finished
+from django_jobs.models import Job
 from django_jobs.registry import retry_policy
 from django_jobs.sanitize import error_code, storable_text
 from django_jobs.states import EventKind, JobStatus
@@ -119,6 +121,27 @@ def record(
     if again:
         written.update(_write([outcome_for(by_id[job_id], cancel_requested=True) for job_id in again]))
     return written
+
+
+def announce(finished: Sequence[Finished], written: dict[int, Outcome], worker_id: str | None) -> None:
+    """Send ``job_finished`` for the executions whose outcome was written (a job given back
+    unstarted did not run: it has none). Costs one check when no receiver is connected."""
+    if not signals.job_finished.has_listeners(Job):
+        return
+    alias = jobs_settings.DATABASE
+    for f in finished:
+        outcome = written.get(f.claim.id)
+        if outcome is None or f.happened is Happened.NOT_STARTED:
+            continue
+        claim = f.claim
+        signals.after_commit(
+            alias,
+            functools.partial(
+                signals.send, signals.job_finished, Job, job_id=claim.id, type=claim.type, queue=claim.queue,
+                status=str(outcome.status), attempt=claim.attempt, execution_id=claim.execution_id,
+                worker_id=worker_id, duration=f.ran_for, error_code=outcome.error_code, error=outcome.error,
+            ),
+        )  # fmt: skip
 
 
 def _write(outcomes: list[Outcome]) -> dict[int, Outcome]:

@@ -16,16 +16,17 @@ It also keeps the bookkeeping of start limits tidy: it deletes the rows of concu
 that have no running job, and creates the rate windows of the types its process knows if they
 went missing.
 
-It clears the owner fields and records a ``recovered`` event with the lost execution's id. It
-is safe in many processes at once (SKIP LOCKED, guarded updates) and uses database time only.
-``runjobs`` runs it every ``REAPER_INTERVAL``; ``reapjobs`` runs it on its own, and
-``reapjobs --json`` reports each recovery.
+It clears the owner fields and records a ``recovered`` event with the lost execution's id, and
+sends ``job_finished`` for it. It is safe in many processes at once (SKIP LOCKED, guarded
+updates) and uses database time only. ``runjobs`` runs it every ``REAPER_INTERVAL``;
+``reapjobs`` runs it on its own, and ``reapjobs --json`` reports each recovery.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import functools
 import logging
 import random
 import threading
@@ -36,12 +37,12 @@ from typing import Any
 from django.db import connections
 from django.db.models.functions import Now
 
-from django_jobs import transitions
+from django_jobs import signals, transitions
 from django_jobs.backoff import Random
 from django_jobs.conf import jobs_settings
 from django_jobs.decision import Happened, Situation, decide
 from django_jobs.errors import DATABASE_UNAVAILABLE, ErrorCode
-from django_jobs.models import LiveWorker
+from django_jobs.models import Job, LiveWorker
 from django_jobs.registry import registry, retry_policy
 from django_jobs.states import EventKind, JobStatus
 from django_jobs.transitions import Expired, Recovery
@@ -146,6 +147,7 @@ def recover_jobs(limit: int | None = None) -> list[Recovered]:
                 recovery.expired.worker_id, recovery.attempts, recovery.expired.max_attempts,
                 recovery.status,
             )  # fmt: skip
+        _announce(done)
         recovered += [_recovered(r) for r in done]
         if remaining is not None:
             remaining -= len(done)
@@ -168,6 +170,25 @@ def _recovered(recovery: Recovery) -> Recovered:
         why=recovery.reason,
         retry_in=round(recovery.delay, 3) if recovery.status == JobStatus.PENDING else None,
     )
+
+
+def _announce(done: list[Recovery]) -> None:
+    """``job_finished`` for each execution taken back: the reaper recorded its end."""
+    if not done or not signals.job_finished.has_listeners(Job):
+        return
+    for recovery in done:
+        expired = recovery.expired
+        signals.after_commit(
+            jobs_settings.DATABASE,
+            functools.partial(
+                signals.send, signals.job_finished, Job, job_id=expired.id, type=expired.type,
+                queue=expired.queue, status=str(recovery.status),
+                attempt=expired.attempts if expired.started else expired.attempts + 1,
+                execution_id=expired.execution_id,
+                worker_id=expired.worker_id, duration=None, error_code=recovery.error_code,
+                error=recovery.reason,
+            ),
+        )  # fmt: skip
 
 
 def prune(limit_per_status: int = 10 * BATCH) -> dict[str, int]:

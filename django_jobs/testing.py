@@ -25,14 +25,14 @@ from django.db import connections, transaction
 from django.db.models import DateTimeField, F, Func, Min, QuerySet
 from psycopg.pq import TransactionStatus
 
-from django_jobs import enqueueing, outcomes, transitions
+from django_jobs import enqueueing, outcomes, signals, transitions
 from django_jobs.conf import jobs_settings
 from django_jobs.context import Lease
 from django_jobs.executor import run
 from django_jobs.models import Job
 from django_jobs.registry import registry
 from django_jobs.states import ACTIVE_STATUSES, JobStatus
-from django_jobs.transitions import ClaimStatement
+from django_jobs.transitions import Claim, ClaimStatement
 from django_jobs.transitions.claimable import claim_inputs
 from django_jobs.worker import Worker, WorkerStats
 
@@ -52,7 +52,8 @@ def run_one(queues: Sequence[str] | None = None, types: Sequence[str] | None = N
 
     A ``BaseException`` that is not an ``Exception`` (``SystemExit``, ``KeyboardInterrupt``)
     propagates from the handler, and nothing more is written: the job stays ``running`` until
-    its lease expires and the reaper decides, as after a crash.
+    its lease expires and the reaper decides, as after a crash. ``job_started`` and
+    ``job_finished`` are sent after the commit (see ``django_jobs.signals``).
     """
     alias = jobs_settings.DATABASE
     inputs = claim_inputs(types)
@@ -77,9 +78,11 @@ def run_one(queues: Sequence[str] | None = None, types: Sequence[str] | None = N
         counted=claim.counted,
         claimed_db=claim.claimed_at,
     )
+    _announce_start(alias, claim)
     with _handler_savepoint(alias):
         finished = run(claim, lease, reraise_base=True)
-    outcomes.record([finished])
+    written = outcomes.record([finished])
+    outcomes.announce([finished], written, _WORKER_ID)
     return Job.objects.using(alias).get(id=claim.id)
 
 
@@ -147,6 +150,17 @@ def _seconds_until_next_due(active: QuerySet[Job]) -> float:
     now = Func(template="now()", output_field=DateTimeField())
     wait = active.filter(status=JobStatus.PENDING).aggregate(wait=Min(F("available_at") - now))["wait"]
     return wait.total_seconds() if wait is not None else 0.0
+
+
+def _announce_start(alias: str, claim: Claim) -> None:
+    if signals.job_started.has_listeners(Job):
+        signals.after_commit(
+            alias,
+            lambda: signals.send(
+                signals.job_started, Job, job_id=claim.id, type=claim.type, queue=claim.queue,
+                attempt=claim.attempt, execution_id=claim.execution_id, worker_id=_WORKER_ID,
+            ),
+        )  # fmt: skip
 
 
 @contextmanager

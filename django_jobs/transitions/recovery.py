@@ -26,6 +26,7 @@ class Expired:
     started: bool
     on_lost: str
     cancel_requested: bool
+    queue: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,7 +44,7 @@ class Recovery:
 
 _SELECT_EXPIRED = """
 SELECT id, type, execution_id, worker_id, attempts, max_attempts, started_at IS NOT NULL, on_lost,
-       cancel_requested_at IS NOT NULL
+       cancel_requested_at IS NOT NULL, queue
 FROM django_jobs_job
 WHERE status = 'running' AND lease_expires_at < now()
 ORDER BY lease_expires_at LIMIT %s
