@@ -41,7 +41,7 @@ from django.views.decorators.http import require_http_methods
 
 from django_jobs import dashboard, masking, queues, transitions
 from django_jobs.conf import jobs_settings
-from django_jobs.models import Job, JobEvent, Queue
+from django_jobs.models import ExternalCall, Job, JobEvent, Queue
 from django_jobs.registry import QUEUE_RE
 from django_jobs.states import JobStatus
 
@@ -488,6 +488,7 @@ class JobAdmin(ModelAdmin):
         context = dict(extra_context or {})
         if job is not None:
             context.update(self._history(request, job, int(before) if before else None))
+            context["external_calls"] = _external_calls(job)
             context["job_actions"] = [
                 (action, self.action_url(action.name, [job.id]))
                 for action in self.allowed_actions(request)
@@ -699,6 +700,35 @@ def _audited_transaction() -> Iterator[None]:
         if log_alias != jobs_alias:
             transactions.enter_context(transaction.atomic(using=log_alias))
         yield
+
+
+#: The job page lists this many marks of external calls, newest first.
+CALLS_SHOWN = 50
+
+
+@dataclass(frozen=True)
+class CallShown:
+    mark: ExternalCall
+    #: Whether it is a mark of the execution running the job now.
+    current: bool
+    #: What became of the call, in words.
+    state: str
+
+
+def _external_calls(job: Job) -> list[CallShown]:
+    """The marks of the job's external calls, newest first, each with what became of it."""
+    running = job.execution_id if job.status == JobStatus.RUNNING else None
+    shown = []
+    for mark in ExternalCall.objects.filter(job_id=job.id).order_by("-id")[:CALLS_SHOWN]:
+        current = mark.execution_id == running
+        if mark.ended_at is not None:
+            state = f"raised {mark.exception}" if mark.exception else "returned"
+        elif current:
+            state = "in progress"
+        else:
+            state = "no end recorded: its execution was lost during the call"
+        shown.append(CallShown(mark, current, state))
+    return shown
 
 
 def _reason_problem(reason: str) -> str | None:

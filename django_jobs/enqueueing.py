@@ -65,6 +65,7 @@ class _Options:
     max_attempts: int
     on_lost: str
     concurrency_limit: int
+    on_lost_in_call: str | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -216,6 +217,7 @@ def _validate_options(
         max_attempts,
         job_type.on_lost,
         job_type.concurrency_limit,
+        job_type.on_lost_in_call,
     )
 
 
@@ -261,11 +263,11 @@ _HOLDING = ", ".join(f"'{status}'" for status in sorted(KEY_HOLDING_STATUSES))
 _INSERT = (
     "INSERT INTO django_jobs_job"
     " (queue, type, version, payload, status, priority, available_at, attempts, max_attempts, unique_key,"
-    " on_lost, concurrency_key, concurrency_limit)"
+    " on_lost, concurrency_key, concurrency_limit, on_lost_in_call)"
     " SELECT %(queue)s, %(type)s, %(version)s, r.payload::jsonb, 'pending', %(priority)s,"
     " COALESCE(%(run_at)s::timestamptz, now() + make_interval(secs => %(delay)s)), 0, %(max_attempts)s,"
     " r.unique_key, %(on_lost)s, r.concurrency_key,"
-    " CASE WHEN r.concurrency_key IS NOT NULL THEN %(concurrency_limit)s::int END"
+    " CASE WHEN r.concurrency_key IS NOT NULL THEN %(concurrency_limit)s::int END, %(on_lost_in_call)s"
     " FROM unnest(%(payloads)s::text[], %(keys)s::text[], %(concurrency_keys)s::text[])"
     " AS r(payload, unique_key, concurrency_key)"
     " ON CONFLICT (type, unique_key)"
@@ -351,6 +353,7 @@ def _insert_chunks(cursor: Any, options: _Options, items: list[_Item]) -> list[t
                 # NULL when no job has a key: unnest() pads it with NULLs, nothing to send.
                 "concurrency_keys": keys if any(key is not None for key in keys) else None,
                 "concurrency_limit": options.concurrency_limit,
+                "on_lost_in_call": options.on_lost_in_call,
             },
         )
         rows += cursor.fetchall()
@@ -376,6 +379,7 @@ def _unsaved(options: _Options, items: list[_Item]) -> list[Job]:
             on_lost=options.on_lost,
             concurrency_key=item.concurrency_key,
             concurrency_limit=options.concurrency_limit if item.concurrency_key is not None else None,
+            on_lost_in_call=options.on_lost_in_call,
         )
         for item in items
     ]
@@ -399,6 +403,7 @@ def _new_job(alias: str, options: _Options, item: _Item, returned: tuple[Any, ..
         "on_lost": options.on_lost,
         "concurrency_key": item.concurrency_key,
         "concurrency_limit": options.concurrency_limit if item.concurrency_key is not None else None,
+        "on_lost_in_call": options.on_lost_in_call,
         "created_at": created_at,
     }
     return Job.from_db(alias, _ATTNAMES, [values.get(name) for name in _ATTNAMES])

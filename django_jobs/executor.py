@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import inspect
 import json
 import logging
@@ -57,6 +58,9 @@ class Finished:
     result: str | None = None
     #: The import path of the exception that ended the execution, when one did.
     exception: str | None = None
+    #: Whether the execution marked an external call (``ctx.external_call``) before it ended;
+    #: None when nobody can tell (a child process killed by its worker).
+    marked_call: bool | None = None
 
 
 def execute(
@@ -110,7 +114,8 @@ def run(
         # The job was taken over: its state belongs to the new owner, and the guarded write
         # would be refused anyway.
         logger.warning("lease lost id=%s execution=%s type=%s", claim.id, claim.execution_id, claim.type)
-    return finished
+        return finished
+    return dataclasses.replace(finished, marked_call=lease.marked_call)
 
 
 def _run(claim: Claim, lease: Lease, side_writer: SideWriter | None, started: float) -> Finished:
@@ -129,6 +134,7 @@ def _run(claim: Claim, lease: Lease, side_writer: SideWriter | None, started: fl
         checkpoint=_decode_json(claim.checkpoint),
         lease=lease,
         side_writer=side_writer,
+        external_calls=job_type.external_calls,
     )
     reconciled = _reconcile(claim, job_type, ctx, payload, started)
     if reconciled is not None:

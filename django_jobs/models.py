@@ -1,6 +1,7 @@
 """The job tables: ``Job`` (one row per job, the happy path recorded on it), ``JobEvent``
 (append-only history of every transition off the plain claim → complete path, and of every
-manual action) and ``ProcessedEffect`` (keys of side effects that already happened).
+manual action), ``ExternalCall`` (the marks executions commit before calling out) and
+``ProcessedEffect`` (keys of side effects that already happened).
 
 Status writes do not go through these models: ``transitions.py`` is their only writer.
 """
@@ -108,6 +109,11 @@ class Job(models.Model):
     #: (the type's limit, copied at enqueue like ``on_lost``); NULL for a job without a key.
     concurrency_key = models.CharField(max_length=200, null=True, blank=True)
     concurrency_limit = models.PositiveIntegerField(null=True, blank=True)
+    #: For a type that marks its external calls (``@job(external_calls=...)``), copied at
+    #: enqueue like ``on_lost``: where a job goes when an execution that marked a call is lost
+    #: ("reconcile" or "needs_review"); one lost before any mark is retried. NULL for a type
+    #: that does not mark its calls: ``on_lost`` decides.
+    on_lost_in_call = models.CharField(max_length=20, null=True, blank=True)
 
     # Ownership of the current (or last) execution. Every write after a claim is guarded by
     # (id, execution_id, status='running'), so an execution that lost its lease changes nothing.
@@ -326,6 +332,38 @@ class JobEvent(models.Model):
         if self.pk is not None and not self._state.adding:
             raise ValueError("JobEvent rows are append-only")
         super().save(*args, **kwargs)
+
+
+class ExternalCall(models.Model):
+    """A mark an execution committed before calling out of the system (``ctx.external_call``).
+
+    Inserted before the call, by a write guarded like every write of an execution; its end
+    (``ended_at``, and the exception that left the block, if any) is written when the block
+    exits. When an execution is lost, the reaper looks for its marks: none means it never
+    reached the provider (a plain retry is safe); one means it may have (the job is reconciled,
+    or parked for review). Rows are only inserted, and ended once.
+    """
+
+    id = models.BigAutoField(primary_key=True)
+    # Served by the index below, whose first column it is: no index of its own.
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="external_calls", db_index=False)
+    execution_id = models.UUIDField()
+    name = models.CharField(max_length=100)
+    started_at = models.DateTimeField(db_default=Now())
+    #: When the block exited; NULL while the call runs, or if its execution died in it.
+    ended_at = models.DateTimeField(null=True, blank=True)
+    #: The import path of the exception that left the block (never its message: no secrets).
+    exception = models.CharField(max_length=300, null=True, blank=True)
+
+    class Meta:
+        ordering = ("job_id", "id")
+        indexes = (
+            # The reaper's question (did this execution mark a call?) and the job's page.
+            models.Index(fields=["job", "execution_id"], name="django_jobs_call_execution"),
+        )
+
+    def __str__(self) -> str:
+        return f"call {self.name} job={self.job_id} execution={self.execution_id}"
 
 
 class ProcessedEffect(models.Model):

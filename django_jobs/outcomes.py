@@ -26,7 +26,7 @@ from django_jobs.decision import MAX_RETRY_DELAY, Happened, Situation, decide
 from django_jobs.errors import DATABASE_UNAVAILABLE, ErrorCode
 from django_jobs.executor import Finished
 from django_jobs.models import Job
-from django_jobs.registry import retry_policy
+from django_jobs.registry import registry, retry_policy
 from django_jobs.sanitize import error_code, storable_text
 from django_jobs.states import EventKind, JobStatus
 from django_jobs.transitions import Outcome
@@ -64,6 +64,8 @@ def outcome_for(finished: Finished, cancel_requested: bool = False, rng: Random 
             error_code=code,
             retry_after=_number(finished.retry_after),
             previous_error_code=claim.last_error_code,
+            on_lost_in_call=_on_lost_in_call(claim.type),
+            marked_call=finished.marked_call,
         ),
         lambda: retry_policy(claim.type),
         rng,
@@ -142,6 +144,11 @@ def announce(finished: Sequence[Finished], written: dict[int, Outcome], worker_i
                 worker_id=worker_id, duration=f.ran_for, error_code=outcome.error_code, error=outcome.error,
             ),
         )  # fmt: skip
+
+
+def _on_lost_in_call(type_name: str) -> str | None:
+    job_type = registry.get(type_name)
+    return job_type.on_lost_in_call if job_type is not None else None
 
 
 def _write(outcomes: list[Outcome]) -> dict[int, Outcome]:

@@ -8,6 +8,11 @@ longer than the lease. The reaper then asks :func:`django_jobs.decision.decide`,
 - ``failed`` when the lost execution was the last attempt;
 - ``needs_review`` when the job's stored ``on_lost`` is ``"needs_review"``: its side effect is
   irreversible and not idempotent, so only a human may decide to run it again;
+- for a type that marks its external calls (``@job(external_calls=...)``), the marks decide
+  instead of ``on_lost``: an execution lost before any mark never reached the provider and is
+  retried (code ``LOST_BEFORE_CALL``); one lost after a mark goes to ``needs_review``, or back to
+  ``pending`` with code ``LEASE_LOST`` so that the next execution reconciles first (a type
+  with ``reconcile``);
 - ``cancelled`` when an operator asked to cancel it;
 - ``pending`` at once and uncounted when the execution was prefetched and its start was never
   recorded (its worker died with the job still waiting in its buffer).
@@ -41,7 +46,7 @@ from django_jobs import signals, transitions
 from django_jobs.backoff import Random
 from django_jobs.conf import jobs_settings
 from django_jobs.decision import Happened, Situation, decide
-from django_jobs.errors import DATABASE_UNAVAILABLE, ErrorCode
+from django_jobs.errors import AMBIGUOUS_CODES, DATABASE_UNAVAILABLE, ErrorCode
 from django_jobs.models import Job, LiveWorker
 from django_jobs.registry import registry, retry_policy
 from django_jobs.states import EventKind, JobStatus
@@ -71,6 +76,8 @@ class Recovered:
     why: str
     #: Seconds before a job sent back to pending may run again.
     retry_in: float | None = None
+    #: The external call the lost execution had marked, if it had.
+    marked_call: str | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -105,13 +112,20 @@ def decide_recovery(expired: Expired, rng: Random = random.random) -> Recovery:
     # A prefetched execution whose start was never recorded is treated as never started.
     attempt = expired.attempts if expired.started else expired.attempts + 1
     happened = Happened.LOST if expired.started else Happened.NOT_STARTED
+    marks = expired.on_lost_in_call is not None
     situation = Situation(
-        happened, attempt, expired.max_attempts, expired.on_lost, expired.cancel_requested
-    )
+        happened, attempt, expired.max_attempts, expired.on_lost, expired.cancel_requested,
+        previous_error_code=expired.last_error_code, on_lost_in_call=expired.on_lost_in_call,
+        marked_call=expired.marked_call is not None,
+    )  # fmt: skip
     decision = decide(situation, lambda: retry_policy(expired.type), rng)
     lost = f"execution {expired.execution_id} on worker {expired.worker_id} stopped renewing its lease"
     if not expired.started:
         lost += " before its start was recorded"
+    elif marks and expired.marked_call is not None:
+        lost += f" after it marked external call {expired.marked_call!r}"
+    elif marks:
+        lost += " before it marked any external call: it never reached the provider"
     if decision.reason:
         lost += f" ({decision.reason.replace('_', ' ')})"
     return Recovery(
@@ -119,10 +133,24 @@ def decide_recovery(expired: Expired, rng: Random = random.random) -> Recovery:
         decision.status,
         event=EventKind.RECOVERED,
         attempts=attempt if decision.counted else attempt - 1,
-        error_code=ErrorCode.LEASE_LOST if expired.started else ErrorCode.LOST_UNSTARTED,
+        error_code=_lost_code(expired),
         delay=decision.delay,
         reason=lost,
     )
+
+
+def _lost_code(expired: Expired) -> str:
+    """The error code a lost execution leaves: ambiguous (``LEASE_LOST``: the next execution
+    of a type with ``reconcile`` asks first) unless nothing it could have done is in doubt."""
+    if not expired.started:
+        return ErrorCode.LOST_UNSTARTED
+    # No mark: the provider never saw this execution. Unless the previous ending was ambiguous
+    # itself, and this execution may have been lost while reconciling it: the doubt is still
+    # there, and the next execution must reconcile again.
+    unmarked = expired.on_lost_in_call is not None and expired.marked_call is None
+    if unmarked and expired.last_error_code not in AMBIGUOUS_CODES:
+        return ErrorCode.LOST_BEFORE_CALL
+    return ErrorCode.LEASE_LOST
 
 
 def recover(limit: int | None = None) -> dict[str, int]:
@@ -169,6 +197,7 @@ def _recovered(recovery: Recovery) -> Recovered:
         error_code=recovery.error_code,
         why=recovery.reason,
         retry_in=round(recovery.delay, 3) if recovery.status == JobStatus.PENDING else None,
+        marked_call=expired.marked_call,
     )
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import uuid
 from collections.abc import Callable
 
 import pytest
@@ -14,7 +15,7 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from django_jobs.admin import ACTIONS, EXACT_COUNT_LIMIT
-from django_jobs.models import Job, JobEvent, LiveWorker
+from django_jobs.models import ExternalCall, Job, JobEvent, LiveWorker
 from django_jobs.states import EventKind, JobStatus
 from tests.admin.console import DASHBOARD, LIST, act_url, staff
 from tests.factories import JobFactory
@@ -207,6 +208,34 @@ def test_detail_shows_payload_error_and_history(
     assert "&lt;b&gt;1&lt;/b&gt;" in page and "<script>" not in page  # escaped
     assert "PROVIDER_5XX" in page and "Retry scheduled" in page
     assert 'id="job-actions"' in page
+
+
+def test_the_job_page_shows_the_marks_of_its_external_calls(
+    login: Callable[[User | None], Client], superuser: User
+) -> None:
+    job = JobFactory(running=True, type="test.marked_charge")
+    lost = uuid.uuid4()
+    ExternalCall.objects.create(job=job, execution_id=lost, name="charge")
+    ExternalCall.objects.create(
+        job=job, execution_id=lost, name="refund", ended_at=timezone.now(), exception="builtins.TimeoutError"
+    )
+    ExternalCall.objects.create(job=job, execution_id=job.execution_id, name="charge")
+    page = login(superuser).get(f"{LIST}{job.id}/change/").content.decode()
+    section = page[page.index('id="job-external-calls"') : page.index('id="job-history"')]
+    assert "goes to <strong>needs_review</strong>" in section
+    rows = section.split("<tr>")[2:]  # newest first
+    assert "in progress" in rows[0] and "(running now)" in rows[0]
+    assert "raised builtins.TimeoutError" in rows[1]
+    assert "no end recorded: its execution was lost during the call" in rows[2]
+    assert str(lost)[:8] in rows[2]
+
+
+def test_a_job_whose_type_marks_no_call_has_no_calls_section(
+    login: Callable[[User | None], Client], superuser: User
+) -> None:
+    job = JobFactory(failed=True)
+    page = login(superuser).get(f"{LIST}{job.id}/change/").content.decode()
+    assert 'id="job-external-calls"' not in page and 'id="job-history"' in page
 
 
 def test_search_matches_ids_types_keys_and_codes_exactly(

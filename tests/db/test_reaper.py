@@ -148,6 +148,7 @@ def test_reapjobs_json_reports_each_recovery_for_the_audit(capsys: pytest.Captur
         "id": retried.id, "type": "test.flaky", "lost_execution": str(retried.execution_id),
         "worker": "host:1:abc", "status": "pending", "attempts": 1, "max_attempts": 5,
         "error_code": "LEASE_LOST", "why": retried_report["why"], "retry_in": retried_report["retry_in"],
+        "marked_call": None,
     }  # fmt: skip
     assert f"execution {retried.execution_id} on worker host:1:abc stopped renewing" in retried_report["why"]
     assert 0 < retried_report["retry_in"] < 60
