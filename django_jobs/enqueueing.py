@@ -317,7 +317,7 @@ def _insert(options: _Options, items: list[_Item]) -> list[Job]:
                 else:
                     missing.append(i)
             todo = _fill_from_holders(cursor, alias, options, items, missing, result)
-    if signals.job_enqueued.has_listeners(Job):
+    if signals.listened(signals.job_enqueued):
         _announce(alias, [job for job, new in zip(result, made, strict=True) if new and job is not None])
     return [job for job in result if job is not None]
 

@@ -59,8 +59,8 @@ class Finished:
     #: The import path of the exception that ended the execution, when one did.
     exception: str | None = None
     #: Whether the execution marked an external call (``ctx.external_call``) before it ended;
-    #: None when nobody can tell (a child process killed by its worker).
-    marked_call: bool | None = None
+    #: None when nobody can tell (a child process killed by its worker, a failure of ours).
+    marked_call: bool | None = False
 
 
 def execute(
@@ -115,7 +115,7 @@ def run(
         # would be refused anyway.
         logger.warning("lease lost id=%s execution=%s type=%s", claim.id, claim.execution_id, claim.type)
         return finished
-    return dataclasses.replace(finished, marked_call=lease.marked_call)
+    return dataclasses.replace(finished, marked_call=True) if lease.marked_call else finished
 
 
 def _run(claim: Claim, lease: Lease, side_writer: SideWriter | None, started: float) -> Finished:

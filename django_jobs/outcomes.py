@@ -128,7 +128,7 @@ def record(
 def announce(finished: Sequence[Finished], written: dict[int, Outcome], worker_id: str | None) -> None:
     """Send ``job_finished`` for the executions whose outcome was written (a job given back
     unstarted did not run: it has none). Costs one check when no receiver is connected."""
-    if not signals.job_finished.has_listeners(Job):
+    if not signals.listened(signals.job_finished):
         return
     alias = jobs_settings.DATABASE
     for f in finished:

@@ -152,6 +152,7 @@ class ProcessPool(ExecutorPool):
                 ErrorCode.INTERRUPTED,
                 f"the child process running this job died (exit code {code})",
                 ran_for=time.monotonic() - (lease.started or time.monotonic()),
+                marked_call=None,  # it may have marked a call before it died
             )
         finally:
             lease.done = True
@@ -168,7 +169,8 @@ class ProcessPool(ExecutorPool):
         logger.error("killing the child running job id=%s type=%s: %s", held.claim.id, held.claim.type, why)
         self._replace(slot)
         started = held.lease.started or time.monotonic()
-        return Finished(held.claim, happened, code, why, ran_for=time.monotonic() - started)
+        # Killed mid-run: whether it had marked an external call is the child's secret.
+        return Finished(held.claim, happened, code, why, ran_for=time.monotonic() - started, marked_call=None)
 
     # ---- children -------------------------------------------------------------------------------
 

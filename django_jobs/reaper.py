@@ -203,7 +203,7 @@ def _recovered(recovery: Recovery) -> Recovered:
 
 def _announce(done: list[Recovery]) -> None:
     """``job_finished`` for each execution taken back: the reaper recorded its end."""
-    if not done or not signals.job_finished.has_listeners(Job):
+    if not done or not signals.listened(signals.job_finished):
         return
     for recovery in done:
         expired = recovery.expired

@@ -51,6 +51,17 @@ job_started = Signal()
 job_finished = Signal()
 
 
+def listened(signal: Signal) -> bool:
+    """Whether ``signal`` has a receiver for jobs: a plain attribute read when it has none at
+    all (the hot path of a worker asks for every job)."""
+    if not signal.receivers:
+        return False
+    # Imported here: a project's apps.py may import this module before the models can load.
+    from django_jobs.models import Job
+
+    return signal.has_listeners(Job)
+
+
 def send(signal: Signal, sender: type, **kwargs: Any) -> None:
     """Send ``signal`` to every receiver; one that raises is logged, never propagated.
 

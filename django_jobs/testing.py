@@ -153,7 +153,7 @@ def _seconds_until_next_due(active: QuerySet[Job]) -> float:
 
 
 def _announce_start(alias: str, claim: Claim) -> None:
-    if signals.job_started.has_listeners(Job):
+    if signals.listened(signals.job_started):
         signals.after_commit(
             alias,
             lambda: signals.send(

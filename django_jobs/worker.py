@@ -561,7 +561,7 @@ class Worker:
 
     def _started(self, claim: Claim) -> None:
         """An execution is about to run its handler: tell ``job_started``'s receivers, if any."""
-        if signals.job_started.has_listeners(Job):
+        if signals.listened(signals.job_started):
             signals.send(
                 signals.job_started, Job, job_id=claim.id, type=claim.type, queue=claim.queue,
                 attempt=claim.attempt, execution_id=claim.execution_id, worker_id=self.worker_id,

@@ -14,10 +14,11 @@ from django.test import TestCase
 
 from django_jobs import enqueue, reaper
 from django_jobs.models import Job
-from django_jobs.signals import job_enqueued, job_finished, job_started
+from django_jobs.signals import job_enqueued, job_finished, job_started, listened
 from django_jobs.states import JobStatus
 from django_jobs.testing import run_jobs, run_one, run_until_settled
 from django_jobs.worker import Worker
+from testproject.shop.models import Order
 from tests.factories import JobFactory
 
 SIGNALS = {"enqueued": job_enqueued, "started": job_started, "finished": job_finished}
@@ -173,6 +174,21 @@ class TestFromARealWorker:
         assert len(errors) == 2 * (1 + 2 + 2 + 1 + 1 + 1)
         assert not any("hunter2" in e for e in errors)
         assert any("RuntimeError" in e for e in errors) and any("SystemExit" in e for e in errors)
+
+
+def test_a_signal_is_listened_to_only_with_a_receiver_for_jobs() -> None:
+    def receiver(sender: type, **kwargs: Any) -> None:
+        pass
+
+    assert not listened(job_finished)  # the worker's question, per job: no receiver, no work
+    job_finished.connect(receiver, sender=Order)
+    try:
+        assert not listened(job_finished)  # a receiver for another sender hears nothing
+        job_finished.connect(receiver)
+        assert listened(job_finished)
+    finally:
+        job_finished.disconnect(receiver, sender=Order)
+        job_finished.disconnect(receiver)
 
 
 class FromRunOneInATestCase(TestCase):
