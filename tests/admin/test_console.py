@@ -230,6 +230,32 @@ def test_the_job_page_shows_the_marks_of_its_external_calls(
     assert str(lost)[:8] in rows[2]
 
 
+def test_the_job_page_says_whether_a_pending_job_is_claimable_and_why_not(
+    login: Callable[[User | None], Client], superuser: User
+) -> None:
+    from django_jobs import pause_queue
+
+    client = login(superuser)
+
+    def says(job: Job) -> str:
+        page = client.get(f"{LIST}{job.id}/change/").content.decode()
+        return page[page.index("Claimable now") : page.index("Priority:")]
+
+    due = JobFactory(available_at=timezone.now() - dt.timedelta(seconds=5))
+    assert "yes: a worker serving its queue takes it" in says(due)
+    later = JobFactory(available_at=timezone.now() + dt.timedelta(hours=2))
+    assert "no: not due before" in says(later) and "(in 119m)" in says(later)
+    foreign = JobFactory(type="billing.unknown_here", available_at=timezone.now() - dt.timedelta(seconds=5))
+    assert "no handler for its type in this process" in says(foreign)
+    a_while_ago = timezone.now() - dt.timedelta(seconds=5)
+    newer = JobFactory(type="test.versioned", version=4, available_at=a_while_ago)
+    assert "payload version 4 is newer than this code&#x27;s (3)" in says(newer)
+    pause_queue("reports", actor="ops", reason="maintenance")
+    paused = JobFactory(queue="reports", available_at=timezone.now() - dt.timedelta(seconds=5))
+    assert "its queue reports is paused" in says(paused)
+    assert "—" in says(JobFactory(failed=True))
+
+
 def test_a_job_whose_type_marks_no_call_has_no_calls_section(
     login: Callable[[User | None], Client], superuser: User
 ) -> None:
