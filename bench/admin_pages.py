@@ -136,9 +136,7 @@ def main() -> None:
         .values_list("unique_key", flat=True)
         .first()
     )
-    chatty = (
-        Job.objects.filter(events__actor="bench-chatty").values_list("id", flat=True).first()
-    )
+    chatty = Job.objects.filter(events__actor="bench-chatty").values_list("id", flat=True).first()
     middle = JobEvent.objects.filter(job_id=chatty).order_by("id").values_list("id", flat=True)[5000]
     thousand = ",".join(
         map(str, Job.objects.filter(status="failed").order_by("-id").values_list("id", flat=True)[:1000])

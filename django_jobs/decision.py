@@ -189,4 +189,3 @@ def happened_for(exc: BaseException) -> tuple[Happened, str, float | None]:
         OutcomeKind.RETRY: Happened.RETRYABLE,
     }[classification.kind]
     return happened, classification.code, classification.retry_after
-

@@ -114,7 +114,6 @@ class Listener(threading.Thread):
             return  # not ours: someone else NOTIFYs on the channel
         self._due_in(max(0.0, seconds))
 
-
     def _hear_queue_state(self, payload: str) -> None:
         state, _, queue = payload.partition(" ")
         if self._queues and queue not in self._queues:

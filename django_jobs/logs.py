@@ -58,11 +58,7 @@ def install_console_handler(verbosity: int = 1) -> bool:
 
 def changed_settings(user: dict[str, Any]) -> list[str]:
     """``KEY=value`` for each setting the project set to something else than its default."""
-    return [
-        f"{key}={user[key]!r}"
-        for key in sorted(user)
-        if key in DEFAULTS and user[key] != DEFAULTS[key]
-    ]
+    return [f"{key}={user[key]!r}" for key in sorted(user) if key in DEFAULTS and user[key] != DEFAULTS[key]]
 
 
 class JSONFormatter(logging.Formatter):

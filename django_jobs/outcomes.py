@@ -86,9 +86,9 @@ def outcome_for(finished: Finished, cancel_requested: bool = False, rng: Random 
         status=decision.status,
         delay=delay,
         error_code=None if completed else code,
-        error=None if completed or unstarted or finished.error is None else storable_text(
-            finished.error, jobs_settings.MAX_ERROR_CHARS
-        ),
+        error=None
+        if completed or unstarted or finished.error is None
+        else storable_text(finished.error, jobs_settings.MAX_ERROR_CHARS),
         event=decision.event,
         details=details,
         attempts=claim.attempt if decision.counted else claim.attempt - 1,

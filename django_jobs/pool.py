@@ -87,21 +87,24 @@ class ExecutorPool:
             running = len(self._running)
             return len(self._buffer), running, self._live_slots() - running
 
-    def running_low(self) -> bool:
-        """Whether the buffer is down to what the running slots take next: time to claim.
+    def running_low(self, refill_at: int = 0) -> bool:
+        """Whether the buffer is down to ``refill_at`` jobs, or to what the running slots take
+        next: time to claim.
 
         Read without the lock, on every finished job: a hint, and len() of a deque or a dict
         is atomic anyway.
         """
-        return len(self._buffer) <= len(self._running)
+        return len(self._buffer) <= max(refill_at, len(self._running))
+
+    def any_running(self) -> bool:
+        """Whether a slot is running a job (a hint, read without the lock like running_low)."""
+        return bool(self._running)
 
     def soon_free(self, busy_for: float) -> int:
         """Slots that are idle or whose job has run less than ``busy_for`` seconds."""
         now = time.monotonic()
         with self._lock:
-            long_running = sum(
-                1 for h in self._running.values() if now - (h.lease.started or now) > busy_for
-            )
+            long_running = sum(1 for h in self._running.values() if now - (h.lease.started or now) > busy_for)
             return self._live_slots() - long_running
 
     def running_leases(self) -> list[Lease]:

@@ -35,6 +35,7 @@ import functools
 import logging
 import random
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -220,17 +221,25 @@ def _announce(done: list[Recovery]) -> None:
         )  # fmt: skip
 
 
-def prune(limit_per_status: int = 10 * BATCH) -> dict[str, int]:
-    """Delete finished jobs older than their status's retention, in batches."""
+def prune(limit_per_status: int | None = None, budget: float | None = None) -> dict[str, int]:
+    """Delete finished jobs older than their status's retention, in batches, until each status
+    is caught up, ``limit_per_status`` jobs were deleted, or ``budget`` seconds were spent
+    (default: a third of ``REAPER_INTERVAL``).
+
+    The budget is time, not a count: workers finishing thousands of jobs a second finish
+    millions between two passes, and a fixed count per pass would let the table grow for ever.
+    """
     counts: dict[str, int] = {}
+    ends = time.monotonic() + (jobs_settings.REAPER_INTERVAL / 3 if budget is None else budget)
     for status, keep in jobs_settings.RETENTION.items():
         if keep is None:
             continue
         total = 0
-        while total < limit_per_status:
-            deleted = transitions.prune(status, keep, min(BATCH, limit_per_status - total))
+        while limit_per_status is None or total < limit_per_status:
+            batch = BATCH if limit_per_status is None else min(BATCH, limit_per_status - total)
+            deleted = transitions.prune(status, keep, batch)
             total += deleted
-            if deleted < BATCH:
+            if deleted < batch or time.monotonic() >= ends:
                 break
         if total:
             counts[status] = total

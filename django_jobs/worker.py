@@ -2,9 +2,11 @@
 batches, and shuts down without ever letting two executions of a job run at once.
 
 Threads and their roles:
-- the *main* thread claims (one statement per batch), writes outcomes through
-  :mod:`django_jobs.outcomes` (one statement per batch), gives back what the pool should not
+- the *main* thread claims (one statement per batch), gives back what the pool should not
   keep, and handles signals; it owns one database connection;
+- the *outcome writer* writes what the slots finished through :mod:`django_jobs.outcomes` (one
+  statement per batch), on a connection of its own: the next claim, the jobs running and the
+  last batch's outcomes overlap instead of waiting for each other;
 - the *executor pool* (:mod:`django_jobs.pool`): N slots, each running one job at a time on its
   own database connection, supervised;
 - the *heartbeat* thread extends leases and runs the executions' side writes;
@@ -13,7 +15,9 @@ Threads and their roles:
 A claimed job is either running in a slot or waiting in the pool's buffer. The worker claims
 beyond its idle slots only while jobs are short (see ``PREFETCH_SECONDS``), and only for slots
 that should free up soon, so a burst of no-op jobs costs two statements per batch while a long
-or stuck job never hoards others; a job that waited in the buffer too long is given back.
+or stuck job never hoards others; a job that waited in the buffer too long is given back. With
+short jobs it holds up to two batches and claims the next once half are done, so the slots
+never wait for a claim.
 """
 
 from __future__ import annotations
@@ -222,7 +226,13 @@ class Worker:
         self._lock = threading.Lock()
         self._finished: list[Finished] = []  # waiting for the outcome writer
         self._oldest_finished_at: float | None = None
+        self._writing = 0  # batches of outcomes being written, under _lock
         self._wake = threading.Event()
+        self._outcomes_waiting = threading.Event()  # wakes the outcome writer
+        self._writer_done = threading.Event()  # the outcome writer is to stop
+        self._writer = threading.Thread(target=self._write_outcomes, name="django_jobs-writer", daemon=True)
+        # The main thread is woken to claim once the buffer is down to this many jobs.
+        self._refill_at = 0
         self._stopping = threading.Event()  # first signal: stop claiming, drain
         self._closed = threading.Event()  # shutdown is over: nobody flushes outcomes any more
         self._abort = threading.Event()  # second signal or grace over: stop waiting
@@ -269,6 +279,7 @@ class Worker:
         """Work until stopped (or, with ``burst``, until nothing is claimable). Returns 0."""
         self._install_signal_handlers()
         self._pool.start()
+        self._writer.start()
         self._log_start()
         self._heartbeat.start()
         if self._listener is not None:
@@ -324,7 +335,8 @@ class Worker:
             # Cleared before looking at the state, so a wake-up sent meanwhile is never lost.
             self._wake.clear()
             try:
-                self._flush(force=False)
+                if not self._writer.is_alive():
+                    self._flush(force=False)  # the writer died of a bug of ours: write here
                 self._give_back_overdue()
                 self._give_back_paused()
                 # A turn that only looks at the signals (see below) claims nothing.
@@ -341,7 +353,8 @@ class Worker:
                 # claim that finds nothing ends this.
                 continue
             with self._lock:
-                unwritten = bool(self._finished)
+                # A batch being written counts: a retry it writes may be claimable at once.
+                unwritten = bool(self._finished or self._writing)
             settled = looked and not buffered and not running and claimed == 0 and not unwritten
             if settled and time.monotonic() >= self._outage_until:
                 if self.burst:
@@ -355,19 +368,18 @@ class Worker:
             # becomes pending; otherwise there is nothing to do before the next flush, the next
             # scheduled job, or the next poll. A signal handler cannot wake it (it may take no
             # lock), so an idle wait is cut into turns short enough to act on signals soon.
-            wait = self._idle_wait(unwritten, held=bool(buffered or running))
+            wait = self._idle_wait(held=bool(buffered or running or unwritten))
             # A turn that did not look keeps the time it waits for (or comes earlier, for a
             # timer): pushing it back at every turn would never get there.
             claim_at = time.monotonic() + wait if looked else min(claim_at, time.monotonic() + wait)
             woken = self._wake.wait(min(wait, _SIGNAL_LATENCY) if self.handle_signals else wait)
 
-    def _idle_wait(self, unwritten: bool, held: bool) -> float:
+    def _idle_wait(self, held: bool) -> float:
         now = time.monotonic()
-        if unwritten:
-            wait = jobs_settings.OUTCOME_FLUSH_INTERVAL
-        elif held or self._listener is None or not self._listener.listening.is_set():
-            # Held jobs need their buffer and slots looked after; without a listener, polling
-            # is how new jobs are found.
+        if held or self._listener is None or not self._listener.listening.is_set():
+            # Held jobs need their buffer and slots looked after (the writer wakes this thread
+            # once the last outcome is written); without a listener, polling is how new jobs
+            # are found.
             wait = jobs_settings.POLL_INTERVAL
         else:
             wait = IDLE_CHECK
@@ -416,8 +428,10 @@ class Worker:
         now = time.monotonic()
         if now < self._summary_at:
             return
-        since = self.stats.outcomes - self._summarised
-        self._summarised = collections.Counter(self.stats.outcomes)
+        # The outcome writer counts meanwhile: dict.copy is one C call, safe while it adds a key.
+        outcomes = collections.Counter(dict.copy(self.stats.outcomes))
+        since = outcomes - self._summarised
+        self._summarised = outcomes
         elapsed = SUMMARY_INTERVAL + (now - self._summary_at)
         self._summary_at = now + SUMMARY_INTERVAL
         if not since:
@@ -441,7 +455,7 @@ class Worker:
         if not self._rate_windows_open:
             transitions.open_rate_windows(self._statement.rate_limited)
             self._rate_windows_open = True
-        limit, rooms = target - held, None
+        limit, rooms = min(self.batch_size, target - held), None
         if self.queue_slots is not None:
             with self._lock:
                 rooms = [max(0, self.queue_slots[q] - self._held_by_queue[q]) for q in self.queues]
@@ -481,14 +495,18 @@ class Worker:
 
     def _claim_target(self) -> int:
         """How many jobs to hold: one per live slot, plus what the slots that should free up
-        soon finish in PREFETCH_SECONDS."""
+        soon finish in PREFETCH_SECONDS, up to two batches (the slots run one while the next
+        is claimed). Sets the level at which the slots ask for more: half of it."""
         if self._avg_duration is None:
-            return self.concurrency
-        # A slot busy for far longer than jobs usually take (a stuck call, a long job) is not
-        # expected to take buffered jobs soon: it gets no prefetch.
-        soon = self._pool.soon_free(busy_for=max(1.0, 10 * self._avg_duration))
-        per_slot = jobs_settings.PREFETCH_SECONDS / max(self._avg_duration, 1e-6)
-        return max(self.concurrency, min(self.batch_size, self.concurrency + int(soon * per_slot)))
+            target = self.concurrency
+        else:
+            # A slot busy for far longer than jobs usually take (a stuck call, a long job) is
+            # not expected to take buffered jobs soon: it gets no prefetch.
+            soon = self._pool.soon_free(busy_for=max(1.0, 10 * self._avg_duration))
+            per_slot = jobs_settings.PREFETCH_SECONDS / max(self._avg_duration, 1e-6)
+            target = max(self.concurrency, min(2 * self.batch_size, self.concurrency + int(soon * per_slot)))
+        self._refill_at = target // 2
+        return target
 
     def _give_back_overdue(self) -> None:
         """Give back buffered jobs no slot took in time, and notice stuck slots."""
@@ -511,10 +529,42 @@ class Worker:
         with self._lock:
             self._held_by_queue.subtract(c.queue for c in claims)
 
-    def _flush(self, force: bool) -> None:
+    def _write_outcomes(self) -> None:
+        """The outcome writer's thread: writes finished executions in batches until shutdown
+        (which writes what is left), and waits out an unreachable database."""
+        db_retry = _DB_RETRY_FIRST
+        try:
+            while not self._writer_done.is_set():
+                with self._lock:
+                    waiting = bool(self._finished)
+                # Nothing to write: sleep until the first outcome arrives (it sets the event).
+                self._outcomes_waiting.wait(jobs_settings.OUTCOME_FLUSH_INTERVAL if waiting else None)
+                self._outcomes_waiting.clear()
+                try:
+                    wrote = self._flush(force=False)
+                    db_retry = _DB_RETRY_FIRST
+                except DATABASE_UNAVAILABLE as exc:
+                    logger.warning(
+                        "database unavailable for outcomes, retrying in %.1fs: %s",
+                        db_retry,
+                        type(exc).__name__,
+                    )
+                    connections[jobs_settings.DATABASE].close()
+                    self._writer_done.wait(db_retry)
+                    db_retry = min(_DB_RETRY_MAX, db_retry * 2)
+                    continue
+                if wrote and not self._pool.any_running():
+                    self._wake.set()  # the main thread may be waiting for the last outcome
+        except Exception:  # a bug of ours: the main thread's final flushes still write them
+            logger.exception("the outcome writer stopped")
+        finally:
+            connections.close_all()
+
+    def _flush(self, force: bool) -> int:
+        """Write the finished executions if it is time (or ``force``); returns how many."""
         with self._lock:
             if not self._finished:
-                return
+                return 0
             _, running, _ = self._pool.counts()
             due = (
                 force
@@ -523,8 +573,9 @@ class Worker:
                 or time.monotonic() - (self._oldest_finished_at or 0) >= jobs_settings.OUTCOME_FLUSH_INTERVAL
             )
             if not due:
-                return
+                return 0
             batch, self._finished, self._oldest_finished_at = self._finished, [], None
+            self._writing += 1
         try:
             written = outcomes.record(batch)  # job id → the outcome written
         except DatabaseError:  # only the unreachable database gets here: keep them for later
@@ -532,6 +583,9 @@ class Worker:
                 self._finished[:0] = batch
                 self._oldest_finished_at = self._oldest_finished_at or time.monotonic()
             raise
+        finally:
+            with self._lock:
+                self._writing -= 1
         outcomes.announce(batch, written, self.worker_id)
         for finished in batch:
             outcome = written.get(finished.claim.id)
@@ -547,6 +601,7 @@ class Worker:
                     finished.claim.id, finished.claim.execution_id,
                 )  # fmt: skip
         self.stats.last_outcome_at = time.monotonic()
+        return len(batch)
 
     def _database_unavailable(self, exc: Exception, wait: float) -> float:
         logger.warning("database unavailable, retrying in %.1fs: %s", wait, type(exc).__name__)
@@ -596,11 +651,14 @@ class Worker:
         with self._lock:
             if self._closed.is_set():
                 return False
-            if not self._finished:
+            first = not self._finished
+            if first:
                 self._oldest_finished_at = time.monotonic()
             self._finished.extend(finished)
             many = len(self._finished) >= self.batch_size
-        if many or self._pool.running_low():
+        if first or many or not self._pool.any_running():
+            self._outcomes_waiting.set()
+        if self._pool.running_low(self._refill_at):
             self._wake.set()
         return True
 
@@ -658,6 +716,9 @@ class Worker:
                 self._flush(force=True)
             self._wake.wait(0.05)
             self._wake.clear()
+        self._writer_done.set()
+        self._outcomes_waiting.set()
+        self._writer.join()
         self._flush_patiently(until=time.monotonic() + max(self.grace, 5.0))
         with self._lock:
             self._closed.set()

@@ -90,6 +90,10 @@ TASKS = {
     }
 }
 
+# How long completed jobs are kept, for the retention soak (bench/churn_soak.py).
+if env("DJANGO_JOBS_COMPLETED_RETENTION", default=None) is not None:
+    DJANGO_JOBS["RETENTION"] = {"completed": env.float("DJANGO_JOBS_COMPLETED_RETENTION")}
+
 if env("DJANGO_JOBS_NOTIFY", default=None) is not None:
     DJANGO_JOBS["NOTIFY"] = env.bool("DJANGO_JOBS_NOTIFY")
 

@@ -6,7 +6,6 @@ the claim is guarded by ``(id, execution_id, status='running')``.
 
 from __future__ import annotations
 
-import datetime as dt
 import uuid
 from collections.abc import Iterable, Sequence
 from contextlib import nullcontext
@@ -18,6 +17,7 @@ from django.db import connections, transaction
 from django_jobs.conf import jobs_settings
 from django_jobs.limits import RateLimit
 from django_jobs.states import JobStatus
+from django_jobs.transitions.cursor import bound_cursor
 
 
 @dataclass(slots=True)
@@ -36,7 +36,6 @@ class Claim:
     unique_key: str | None
     checkpoint: Any
     priority: int
-    available_at: dt.datetime
     #: The error of the previous attempt: tells whether its side effect may have happened.
     last_error_code: str | None
     #: The type's on_lost policy as stored on the row.
@@ -73,7 +72,7 @@ class Outcome:
 _CLAIM_COLUMNS = (
     "j.id, j.queue, j.type, j.version, j.payload,"
     " j.attempts + CASE WHEN next.start THEN 0 ELSE 1 END, j.max_attempts, j.execution_id,"
-    " j.unique_key, j.checkpoint, j.priority, j.available_at, j.last_error_code, j.on_lost,"
+    " j.unique_key, j.checkpoint, j.priority, j.last_error_code, j.on_lost,"
     " next.start, extract(epoch FROM now())::float8"
 )
 # Jobs of a paused queue stay pending. NOT IN over the tiny queue table is a hashed subplan:
@@ -125,8 +124,7 @@ _CANDIDATE_COLUMNS = (
 )
 _CLAIM_ANY_QUEUE = (
     f"WITH candidates AS (SELECT {_CANDIDATE_COLUMNS} FROM django_jobs_job WHERE {_CLAIM_FILTER}"
-    " ORDER BY priority DESC, available_at, id LIMIT %(limit)s FOR UPDATE SKIP LOCKED)"
-    + _CLAIM_TAIL
+    " ORDER BY priority DESC, available_at, id LIMIT %(limit)s FOR UPDATE SKIP LOCKED)" + _CLAIM_TAIL
 )
 # With named queues, one ordered scan of the (queue, priority, available_at, id) index per
 # queue: a `queue = ANY(...)` filter would make PostgreSQL sort every pending row of those
@@ -278,7 +276,7 @@ def claim(
     With named queues, ``rooms`` caps what each queue may give (default: ``limit``), and
     ``turn`` rotates which queue comes first.
     """
-    with connections[jobs_settings.DATABASE].cursor() as cursor:
+    with bound_cursor(jobs_settings.DATABASE) as cursor:
         cursor.execute(statement.sql, statement.params(limit, start_now, rooms, turn))
         rows = cursor.fetchall()
     # RETURNING follows no order: put the rows back in the claim's (best first; with named
@@ -387,7 +385,7 @@ def write_outcomes(outcomes: Sequence[Outcome]) -> set[int]:
 def _complete(outcomes: list[Outcome]) -> set[int]:
     if not outcomes:
         return set()
-    with connections[jobs_settings.DATABASE].cursor() as cursor:
+    with bound_cursor(jobs_settings.DATABASE) as cursor:
         cursor.execute(
             _COMPLETE,
             [
@@ -414,7 +412,7 @@ def _write_others(outcomes: list[Outcome]) -> set[int]:
             strict=True,
         ):  # fmt: skip
             column.append(value)
-    with connections[jobs_settings.DATABASE].cursor() as cursor:
+    with bound_cursor(jobs_settings.DATABASE) as cursor:
         cursor.execute(_WRITE_OUTCOMES, columns)
         return {row[0] for row in cursor.fetchall()}
 
@@ -423,7 +421,7 @@ def cancel_requested_among(job_ids: Sequence[int]) -> set[int]:
     """Of these running jobs, the ones whose cancellation was requested."""
     if not job_ids:
         return set()
-    with connections[jobs_settings.DATABASE].cursor() as cursor:
+    with bound_cursor(jobs_settings.DATABASE) as cursor:
         cursor.execute(_CANCEL_REQUESTED, [list(job_ids)])
         return {row[0] for row in cursor.fetchall()}
 
@@ -512,7 +510,7 @@ def heartbeat(beats: Iterable[Beat | tuple[int, uuid.UUID, float]]) -> dict[int,
     rows = [b if isinstance(b, Beat) else Beat(*b) for b in beats]
     if not rows:
         return {}
-    with connections[jobs_settings.DATABASE].cursor() as cursor:
+    with bound_cursor(jobs_settings.DATABASE) as cursor:
         cursor.execute(
             _HEARTBEAT,
             [

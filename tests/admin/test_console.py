@@ -22,6 +22,7 @@ from tests.factories import JobFactory
 
 pytestmark = pytest.mark.django_db
 
+
 def job_for(action: str) -> Job:
     """A job in a state the action applies to."""
     if action == "retry":

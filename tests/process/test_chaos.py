@@ -44,6 +44,8 @@ def test_random_sigkills_lose_no_job_and_duplicate_no_effect(
             timeout=120,
             what="the backlog to settle",
         )
+        # A worker restarted a moment ago may still be starting: SIGTERM would find no handler.
+        wait_for(lambda: all("worker started" in w.output() for w in workers), what="every worker to be up")
         for worker in workers:
             worker.send(signal.SIGTERM)
         assert [w.wait() for w in workers] == [0] * WORKERS

@@ -30,7 +30,6 @@ def two_workers(worker_env: dict[str, str]) -> Iterator[list[WorkerProcess]]:
             worker.stop()
 
 
-
 def _statuses(jobs: list[Job]) -> set[str]:
     return set(Job.objects.filter(id__in=[j.id for j in jobs]).values_list("status", flat=True))
 

@@ -54,7 +54,6 @@ def listening_worker(worker_env: dict[str, str]) -> Iterator[WorkerProcess]:
         worker.stop()
 
 
-
 def test_an_idle_worker_starts_a_new_job_within_milliseconds(listening_worker: WorkerProcess) -> None:
     samples = pickups(50)
     # A loose bound for a shared machine; bench/ measures the real figure.

@@ -244,6 +244,7 @@ def raising_receivers() -> Iterator[list[tuple[str, Any]]]:
     connected = []
     for family in taskapi.FAMILIES:
         for name in ("task_enqueued", "task_started", "task_finished"):
+
             def receiver(sender: Any, task_result: Any, _name: str = name, **kwargs: Any) -> None:
                 seen.append((_name, task_result.status))
                 raise RuntimeError("receiver broke (password=hunter2)")

@@ -1,0 +1,140 @@
+"""A million jobs through enqueue → complete → retention, at full speed: does anything grow?
+
+``.venv/bin/python bench/churn_soak.py [--jobs 1000000] [--retention 10] [--reaper-interval 5]``
+
+On the dedicated database ``django_jobs_bench`` (dropped, re-created and migrated), one
+``runjobs`` process (defaults, but completed jobs kept ``--retention`` seconds and a reaper pass
+every ``--reaper-interval`` seconds) drains no-op jobs while this process keeps a backlog of
+about ``--backlog`` jobs with ``enqueue_many`` (1,000 per call) until ``--jobs`` were enqueued.
+PostgreSQL's autovacuum runs with its stock settings.
+
+Every ``--every`` seconds it prints the jobs finished in that interval (jobs/s), the rows in the
+job table, and the sizes of the job table, its indexes and the events table. At the end it
+compares the last intervals with the first ones after warm-up: throughput and sizes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+from drain import bench_url, recreate_database  # noqa: E402
+
+_SIZES = (
+    "SELECT pg_table_size('django_jobs_job'), pg_indexes_size('django_jobs_job'),"
+    " pg_total_relation_size('django_jobs_jobevent'),"
+    " (SELECT n_dead_tup FROM pg_stat_user_tables WHERE relname = 'django_jobs_job'),"
+    " (SELECT autovacuum_count FROM pg_stat_user_tables WHERE relname = 'django_jobs_job')"
+)
+_ACTIVE = "SELECT count(*) FROM django_jobs_job WHERE status = 'pending' OR status = 'running'"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--jobs", type=int, default=1_000_000)
+    parser.add_argument("--backlog", type=int, default=20_000, help="pending jobs kept ahead of the worker")
+    parser.add_argument("--retention", type=float, default=10.0, help="seconds completed jobs are kept")
+    parser.add_argument("--reaper-interval", type=float, default=5.0)
+    parser.add_argument("--every", type=float, default=10.0, help="seconds between two samples")
+    args = parser.parse_args()
+
+    url = bench_url()
+    recreate_database(url)
+    env = {
+        **os.environ,
+        "DATABASE_URL": url,
+        "DJANGO_SETTINGS_MODULE": "testproject.settings",
+        "DJANGO_JOBS_COMPLETED_RETENTION": str(args.retention),
+        "DJANGO_JOBS_REAPER_INTERVAL": str(args.reaper_interval),
+    }
+    env.pop("DEBUG", None)
+    os.environ.update(env)
+    import django
+    import psycopg
+    from django.core.management import call_command
+
+    django.setup()
+    call_command("migrate", verbosity=0)
+    from django_jobs import enqueue_many
+
+    print(
+        f"{args.jobs:,} no-op jobs, backlog ~{args.backlog:,}, completed kept {args.retention:g}s,"
+        f" reaper every {args.reaper_interval:g}s; one runjobs process"
+    )
+    print(
+        f"{'s':>6} {'jobs/s':>8} {'rows':>9} {'table MB':>9} {'indexes MB':>10} {'events MB':>9}"
+        f" {'dead':>8} {'vacuums':>7}"
+    )
+    worker = subprocess.Popen(
+        [sys.executable, str(ROOT / "manage.py"), "runjobs", "-v", "0"], cwd=ROOT, env=env
+    )
+    samples: list[dict[str, Any]] = []
+    enqueued = 0
+    try:
+        with psycopg.connect(url, autocommit=True) as conn:
+            started = last_at = time.monotonic()
+            last_done = 0
+            while True:
+                active = conn.execute(_ACTIVE).fetchone()[0]  # type: ignore[index]
+                if enqueued < args.jobs and active < args.backlog:
+                    for _ in range(min(args.backlog - active, args.jobs - enqueued) // 1000 or 1):
+                        n = min(1000, args.jobs - enqueued)
+                        enqueue_many("test.noop", [{}] * n)
+                        enqueued += n
+                else:
+                    time.sleep(0.05)
+                now = time.monotonic()
+                finished = enqueued >= args.jobs and active == 0
+                if now - last_at >= args.every or finished:
+                    done = enqueued - conn.execute(_ACTIVE).fetchone()[0]  # type: ignore[index]
+                    table, indexes, events, dead, vacuums = conn.execute(_SIZES).fetchone()  # type: ignore[misc]
+                    rows = conn.execute("SELECT count(*) FROM django_jobs_job").fetchone()[0]  # type: ignore[index]
+                    sample = {
+                        "at": now - started,
+                        "rate": (done - last_done) / (now - last_at),
+                        "rows": rows,
+                        "table": table / 2**20,
+                        "indexes": indexes / 2**20,
+                        "events": events / 2**20,
+                        "dead": dead,
+                        "vacuums": vacuums,
+                    }
+                    samples.append(sample)
+                    print(
+                        f"{sample['at']:6.0f} {sample['rate']:8.0f} {rows:9,} {sample['table']:9.1f}"
+                        f" {sample['indexes']:10.1f} {sample['events']:9.1f} {dead:8,} {vacuums:7}",
+                        flush=True,
+                    )
+                    last_at, last_done = now, done
+                    if finished:
+                        break
+    finally:
+        worker.terminate()
+        worker.wait(30)
+    steady = samples[1:-1]  # the first interval warms up; the last is cut short
+    if len(steady) >= 4:
+        head, tail = steady[: len(steady) // 3], steady[-(len(steady) // 3) :]
+        for key, label in (
+            ("rate", "jobs/s"),
+            ("table", "table MB"),
+            ("indexes", "indexes MB"),
+            ("rows", "rows"),
+        ):
+            first, last = statistics.median(s[key] for s in head), statistics.median(s[key] for s in tail)
+            print(f"{label:>10}: first third {first:10,.1f}, last third {last:10,.1f} ({last / first:5.2f}x)")
+
+
+if __name__ == "__main__":
+    main()
