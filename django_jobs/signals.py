@@ -25,10 +25,12 @@ Inside a transaction (a ``TestCase``, ``django_jobs.testing.run_one()`` within
 ``transaction.atomic()``), the signal waits for the commit like any ``transaction.on_commit``
 callback: ``TestCase.captureOnCommitCallbacks(execute=True)`` runs them in a test.
 
-A receiver that raises is logged (sanitized, on the ``django_jobs.signals`` logger) and
-ignored: it never changes what was recorded, never stops the worker, and the other receivers
-still run. Receivers run on the worker's own threads: keep them quick, hand slow work to a
-queue of their own. When no receiver is connected, sending costs one check per job.
+For one execution, ``job_started`` comes before its ``job_finished``; the signals of different
+executions (several threads, several workers) may interleave: key a receiver's state by
+``execution_id``. A receiver that raises is logged (sanitized, on the ``django_jobs.signals``
+logger) and ignored: it never changes what was recorded, never stops the worker, and the other
+receivers still run. Receivers run on the worker's own threads: keep them quick, hand slow work
+to a queue of their own. When no receiver is connected, sending costs one check per job.
 """
 
 from __future__ import annotations
