@@ -17,7 +17,7 @@ import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 
-from django.db import connections, transaction
+from django.db import connections
 from django.db.models import DateTimeField, F, Func, Min, QuerySet
 from psycopg.pq import TransactionStatus
 
@@ -170,16 +170,18 @@ def _handler_savepoint(alias: str) -> Iterator[None]:
     if not connection.in_atomic_block:
         yield
         return
-    savepoint = transaction.savepoint(using=alias)
+    # The connection's own methods: transaction.savepoint() is renamed in Django 6.1.
+    savepoint = connection.savepoint()
+    assert savepoint is not None, "PostgreSQL makes savepoints inside a transaction"
     try:
         yield
     finally:
         status = connection.connection.info.transaction_status if connection.connection else None
         if status == TransactionStatus.INERROR or connection.needs_rollback:
             connection.needs_rollback = False  # the rollback to the savepoint repairs it
-            transaction.savepoint_rollback(savepoint, using=alias)
+            connection.savepoint_rollback(savepoint)
         else:
-            transaction.savepoint_commit(savepoint, using=alias)
+            connection.savepoint_commit(savepoint)
 
 __all__ = [
     "EnqueuedJob",
