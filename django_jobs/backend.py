@@ -22,6 +22,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import math
+import uuid
 from typing import Any
 
 from django.core.exceptions import ImproperlyConfigured
@@ -138,7 +139,9 @@ class JobsBackend(taskapi.PRIMARY.BaseTaskBackend):  # type: ignore[name-defined
             raise InvalidTask(str(exc)) from exc
         result = family.TaskResult(
             task=task,
-            id=str(job.id),
+            # A job recorded by django_jobs.testing.enqueued_jobs() and never written has no
+            # id: its result gets one no job has, which get_result() does not find.
+            id=str(job.id) if job.id is not None else f"unsaved-{uuid.uuid4().hex}",
             status=taskapi.status(family, "READY"),
             enqueued_at=job.created_at,
             started_at=None,

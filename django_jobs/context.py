@@ -13,8 +13,8 @@ import math
 import threading
 import time
 import uuid
-from collections.abc import Callable
-from contextlib import AbstractContextManager
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager, suppress
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
@@ -77,6 +77,8 @@ class Lease:
     #: so its lease runs out and the reaper decides; an outcome can still be written before.
     abandoned: bool = False
     cancel_requested: bool = False
+    #: The execution committed a mark before an external call (``ctx.external_call``).
+    marked_call: bool = False
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def start(self) -> None:
@@ -166,6 +168,7 @@ class JobContext:
         checkpoint: Any = None,
         lease: Lease,
         side_writer: SideWriter | None = None,
+        external_calls: tuple[str, ...] = (),
     ) -> None:
         self.job_id = job_id
         self.type = type
@@ -178,6 +181,7 @@ class JobContext:
         self.checkpoint = checkpoint
         self._lease = lease
         self._writer: SideWriter = side_writer or InlineWriter()
+        self._external_calls = external_calls
         #: When the execution is treated as timed out, in the database's time; or None.
         self.deadline: dt.datetime | None = lease.deadline_at()
         self._last_progress = 0.0
@@ -227,6 +231,51 @@ class JobContext:
                     Invoice.objects.create(...)
         """
         return effects.once(key, job_id=self.job_id)
+
+    @contextmanager
+    def external_call(self, name: str) -> Iterator[None]:
+        """Commit a mark on the job before the block calls out of the system, e.g. a payment::
+
+            with ctx.external_call("charge"):
+                payments.charge(order.amount_cents, idempotency_key=key)
+
+        The mark (``name``, this execution, the database's time) is committed before the block
+        runs, through the worker's connection, even inside a transaction of the handler. If
+        the execution is lost, the reaper reads it: no mark means the execution never reached
+        the provider, and the job is retried; a mark means it may have, and the job is
+        reconciled (when its type has ``reconcile``) or parked for review, whatever its
+        ``on_lost``. The block's end is recorded too, for the operator (the job's page shows
+        the marks).
+
+        ``name`` must be one of the type's ``@job(external_calls=...)``, which declares that its
+        calls are marked: raises ``ValueError`` otherwise, before anything is written. Raises
+        ``LeaseLost`` (and the block does not run) if the job is no longer this execution's.
+        """
+        if name not in self._external_calls:
+            declared = ", ".join(repr(n) for n in self._external_calls) or "none"
+            raise ValueError(
+                f"external call {name!r} is not declared by job type {self.type!r} "
+                f"(its external_calls: {declared}); declare it: @job(..., external_calls=({name!r},))"
+            )
+        if self._lease.lost:
+            raise LeaseLost(f"job {self.job_id} is no longer owned by execution {self.execution_id}")
+        mark = self._writer.run(lambda: transitions.mark_call(self.job_id, self.execution_id, name))
+        if mark is None:
+            self._lease.lost = True
+            raise LeaseLost(f"job {self.job_id} is no longer owned by execution {self.execution_id}")
+        self._lease.marked_call = True
+        try:
+            yield
+        except BaseException as exc:
+            # The block's own exception is what the handler must see: a failure to record the
+            # end (the database away, the lease lost) only leaves the end unrecorded.
+            path = f"{type(exc).__module__}.{type(exc).__qualname__}"
+            with suppress(Exception):
+                self._writer.run(lambda: transitions.end_call(mark, path))
+            raise
+        if not self._writer.run(lambda: transitions.end_call(mark, None)):
+            self._lease.lost = True
+            raise LeaseLost(f"job {self.job_id} is no longer owned by execution {self.execution_id}")
 
     # ---- liveness, cancellation, deadline -----------------------------------------------------
 

@@ -16,7 +16,11 @@ execution, and each is written once:
    twice in a row counts (it may be what breaks the connection).
 4. An execution that may have done its side effect without saying so (lost, interrupted, an
    ambiguous error code) parks the job in ``needs_review`` when the type, *as stored on the job
-   row*, says a blind retry is unsafe. This wins over ``failed``: a human must look.
+   row*, says a blind retry is unsafe. This wins over ``failed``: a human must look. For a type
+   that marks its external calls (``on_lost_in_call``), the marks decide instead of
+   ``on_lost``: an execution that marked no call never reached the provider, and is not
+   ambiguous at all; one that marked a call is ambiguous, and goes where ``on_lost_in_call``
+   says (parked, or retried so that the next execution reconciles first).
 5. Otherwise, retryable outcomes go back to ``pending`` after the backoff while attempts remain,
    and to ``failed`` once ``max_attempts`` executions started.
 """
@@ -59,6 +63,7 @@ _AMBIGUOUS = frozenset({Happened.LOST, Happened.INTERRUPTED})
 #: Executions that are given back as if they never ran.
 _UNCOUNTED = frozenset({Happened.NOT_STARTED, Happened.OUTAGE})
 _UNSAFE = "a blind retry is unsafe for this type"
+_MARKED = "it marked an external call: it may have reached the provider"
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,6 +82,12 @@ class Situation:
     retry_after: float | None = None
     #: The error code the job carried before this execution (its last counted ending).
     previous_error_code: str | None = None
+    #: For a type that marks its external calls: what an ambiguous end of an execution that
+    #: marked one leads to ("reconcile" or "needs_review"); None for a type that marks none.
+    on_lost_in_call: str | None = None
+    #: Whether this execution marked an external call before it ended; None when nobody can
+    #: tell (then it is taken to have marked one).
+    marked_call: bool | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,9 +117,9 @@ def decide(situation: Situation, backoff: Callable[[], Backoff], rng: Random = r
     if s.happened in _UNCOUNTED:
         if s.cancel_requested:
             return Decision(JobStatus.CANCELLED, EventKind.CANCELLED, False, reason="cancel requested")
-        if s.happened is Happened.OUTAGE and s.on_lost == "needs_review":
+        if s.happened is Happened.OUTAGE and _when_ambiguous(s) == "needs_review":
             # Cut off mid-run: its effect may have happened, and the type forbids a blind retry.
-            return Decision(JobStatus.NEEDS_REVIEW, EventKind.NEEDS_REVIEW, True, reason=_UNSAFE)
+            return Decision(JobStatus.NEEDS_REVIEW, EventKind.NEEDS_REVIEW, True, reason=_why_unsafe(s))
         why = "never started" if s.happened is Happened.NOT_STARTED else "jobs database unreachable"
         return Decision(JobStatus.PENDING, EventKind.RELEASED, False, reason=why)
     if s.happened is Happened.COMPLETED:
@@ -127,8 +138,8 @@ def decide(situation: Situation, backoff: Callable[[], Backoff], rng: Random = r
     if s.cancel_requested:
         return Decision(JobStatus.CANCELLED, EventKind.CANCELLED, True, reason="cancel requested")
     ambiguous = s.happened in _AMBIGUOUS or s.error_code in AMBIGUOUS_CODES
-    if ambiguous and s.on_lost == "needs_review":
-        return Decision(JobStatus.NEEDS_REVIEW, EventKind.NEEDS_REVIEW, True, reason=_UNSAFE)
+    if ambiguous and _when_ambiguous(s) == "needs_review":
+        return Decision(JobStatus.NEEDS_REVIEW, EventKind.NEEDS_REVIEW, True, reason=_why_unsafe(s))
     event = {
         Happened.LOST: EventKind.RECOVERED,  # the reaper
         Happened.INTERRUPTED: EventKind.RELEASED,
@@ -142,6 +153,18 @@ def decide(situation: Situation, backoff: Callable[[], Backoff], rng: Random = r
         # Stopped by a shutdown, not by its own failure: another worker may take it at once.
         return Decision(JobStatus.PENDING, event, True, reason="interrupted")
     return Decision(JobStatus.PENDING, event, True, retry_delay(s, backoff(), rng), reason="retry")
+
+
+def _when_ambiguous(s: Situation) -> str:
+    """The policy for an ending that may have done the effect: the marks' when the type marks
+    its external calls (no mark: a plain retry), else the type's ``on_lost``."""
+    if s.on_lost_in_call is None:
+        return s.on_lost
+    return "retry" if s.marked_call is False else s.on_lost_in_call
+
+
+def _why_unsafe(s: Situation) -> str:
+    return _UNSAFE if s.on_lost_in_call is None else _MARKED
 
 
 def retry_delay(situation: Situation, backoff: Backoff, rng: Random = random.random) -> float:

@@ -14,12 +14,13 @@ import math
 from collections.abc import Callable, Iterable, Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from django.conf import settings
 from django.db import connections, transaction
 from django.utils import timezone
 
+from django_jobs import signals
 from django_jobs.conf import jobs_settings
 from django_jobs.errors import (
     InvalidOption,
@@ -41,6 +42,16 @@ _ROWS_PER_INSERT = 5000
 _MAX_UNIQUE_KEY = 200
 
 
+class Capture(Protocol):
+    def __call__(self, jobs: list[Job], delay: float, insert: Callable[[], list[Job]]) -> list[Job]: ...
+
+
+#: Set while ``django_jobs.testing.enqueued_jobs()`` records a block: it sees every call that
+#: passed validation (its jobs, unsaved, and the delay asked for), records it, and returns the
+#: jobs ``insert()`` wrote, or the unsaved ones when the block keeps them out of the database.
+capture: Capture | None = None
+
+
 @dataclass(frozen=True, slots=True)
 class _Options:
     """What every job of one call shares."""
@@ -54,6 +65,7 @@ class _Options:
     max_attempts: int
     on_lost: str
     concurrency_limit: int
+    on_lost_in_call: str | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,6 +152,8 @@ def enqueue_many(
         items.append(_Item(payload, encoded, key, concurrency))
     if not items:
         return []
+    if capture is not None:
+        return capture(_unsaved(options, items), options.delay, lambda: _insert(options, items))
     return _insert(options, items)
 
 
@@ -203,6 +217,7 @@ def _validate_options(
         max_attempts,
         job_type.on_lost,
         job_type.concurrency_limit,
+        job_type.on_lost_in_call,
     )
 
 
@@ -248,11 +263,11 @@ _HOLDING = ", ".join(f"'{status}'" for status in sorted(KEY_HOLDING_STATUSES))
 _INSERT = (
     "INSERT INTO django_jobs_job"
     " (queue, type, version, payload, status, priority, available_at, attempts, max_attempts, unique_key,"
-    " on_lost, concurrency_key, concurrency_limit)"
+    " on_lost, concurrency_key, concurrency_limit, on_lost_in_call)"
     " SELECT %(queue)s, %(type)s, %(version)s, r.payload::jsonb, 'pending', %(priority)s,"
     " COALESCE(%(run_at)s::timestamptz, now() + make_interval(secs => %(delay)s)), 0, %(max_attempts)s,"
     " r.unique_key, %(on_lost)s, r.concurrency_key,"
-    " CASE WHEN r.concurrency_key IS NOT NULL THEN %(concurrency_limit)s::int END"
+    " CASE WHEN r.concurrency_key IS NOT NULL THEN %(concurrency_limit)s::int END, %(on_lost_in_call)s"
     " FROM unnest(%(payloads)s::text[], %(keys)s::text[], %(concurrency_keys)s::text[])"
     " AS r(payload, unique_key, concurrency_key)"
     " ON CONFLICT (type, unique_key)"
@@ -268,6 +283,7 @@ _SELECT_HOLDERS = (
 def _insert(options: _Options, items: list[_Item]) -> list[Job]:
     alias = jobs_settings.DATABASE
     result: list[Job | None] = [None] * len(items)
+    made = [False] * len(items)  # the item created its job (not deduplicated onto another)
     # One INSERT is atomic by itself; several (a large enqueue_many) share a transaction, so
     # the call is all or nothing even in autocommit mode.
     atomic = transaction.atomic(using=alias) if len(items) > _ROWS_PER_INSERT else nullcontext()
@@ -284,6 +300,7 @@ def _insert(options: _Options, items: list[_Item]) -> list[Job]:
             for i in todo:
                 if items[i].unique_key is None:
                     result[i] = _new_job(alias, options, items[i], next(returned))
+                    made[i] = True
                 else:
                     keyed.append(i)
             for row in returned:
@@ -296,10 +313,23 @@ def _insert(options: _Options, items: list[_Item]) -> list[Job]:
                     result[i] = created[key]
                 elif key in by_key:
                     result[i] = created[key] = _new_job(alias, options, items[i], by_key[key])
+                    made[i] = True
                 else:
                     missing.append(i)
             todo = _fill_from_holders(cursor, alias, options, items, missing, result)
+    if signals.listened(signals.job_enqueued):
+        _announce(alias, [job for job, new in zip(result, made, strict=True) if new and job is not None])
     return [job for job in result if job is not None]
+
+
+def _announce(alias: str, jobs: list[Job]) -> None:
+    """Send ``job_enqueued`` for the jobs this call created, once they are committed."""
+
+    def send() -> None:
+        for job in jobs:
+            signals.send(signals.job_enqueued, Job, job=job)
+
+    signals.after_commit(alias, send)
 
 
 def _insert_chunks(cursor: Any, options: _Options, items: list[_Item]) -> list[tuple[Any, ...]]:
@@ -323,10 +353,36 @@ def _insert_chunks(cursor: Any, options: _Options, items: list[_Item]) -> list[t
                 # NULL when no job has a key: unnest() pads it with NULLs, nothing to send.
                 "concurrency_keys": keys if any(key is not None for key in keys) else None,
                 "concurrency_limit": options.concurrency_limit,
+                "on_lost_in_call": options.on_lost_in_call,
             },
         )
         rows += cursor.fetchall()
     return rows
+
+
+def _unsaved(options: _Options, items: list[_Item]) -> list[Job]:
+    """The jobs of a call as model instances that were never written (no id, no dates but
+    ``run_at``, as ``available_at``)."""
+    when = {"available_at": options.run_at} if options.run_at is not None else {}
+    return [
+        Job(
+            **when,
+            queue=options.queue,
+            type=options.type,
+            version=options.version,
+            payload=item.payload,
+            status="pending",
+            priority=options.priority,
+            attempts=0,
+            max_attempts=options.max_attempts,
+            unique_key=item.unique_key,
+            on_lost=options.on_lost,
+            concurrency_key=item.concurrency_key,
+            concurrency_limit=options.concurrency_limit if item.concurrency_key is not None else None,
+            on_lost_in_call=options.on_lost_in_call,
+        )
+        for item in items
+    ]
 
 
 def _new_job(alias: str, options: _Options, item: _Item, returned: tuple[Any, ...]) -> Job:
@@ -347,6 +403,7 @@ def _new_job(alias: str, options: _Options, item: _Item, returned: tuple[Any, ..
         "on_lost": options.on_lost,
         "concurrency_key": item.concurrency_key,
         "concurrency_limit": options.concurrency_limit if item.concurrency_key is not None else None,
+        "on_lost_in_call": options.on_lost_in_call,
         "created_at": created_at,
     }
     return Job.from_db(alias, _ATTNAMES, [values.get(name) for name in _ATTNAMES])

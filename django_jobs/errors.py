@@ -35,6 +35,9 @@ class ErrorCode:
     LEASE_LOST = "LEASE_LOST"
     #: The worker was lost before it recorded that the (prefetched) execution started.
     LOST_UNSTARTED = "LOST_UNSTARTED"
+    #: The worker was lost before the execution marked any external call (its type marks
+    #: them all): it never reached the provider, so it is not ambiguous.
+    LOST_BEFORE_CALL = "LOST_BEFORE_CALL"
     #: The execution could not reach the jobs database: not the handler's failure.
     DATABASE_UNAVAILABLE = "DATABASE_UNAVAILABLE"
     #: What the handler reported could not be stored even after sanitising it.

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import inspect
 import json
 import logging
@@ -57,35 +58,64 @@ class Finished:
     result: str | None = None
     #: The import path of the exception that ended the execution, when one did.
     exception: str | None = None
+    #: Whether the execution marked an external call (``ctx.external_call``) before it ended;
+    #: None when nobody can tell (a child process killed by its worker, a failure of ours).
+    marked_call: bool | None = False
 
 
-def execute(claim: Claim, lease: Lease, side_writer: SideWriter | None = None) -> Finished:
+def execute(
+    claim: Claim,
+    lease: Lease,
+    side_writer: SideWriter | None = None,
+    on_start: Callable[[Claim], None] | None = None,
+) -> Finished:
     """Run the handler of ``claim`` and say how it ended; never raises.
 
     ``lease`` is shared with the worker's heartbeat: through it the handler learns of a lost
     lease, a cancellation request or its deadline. When the previous attempt may have done its
     side effect (``AMBIGUOUS_CODES``) and the type can ``reconcile``, it is asked first.
+    ``on_start`` is called just before the handler, once its connection is known to work.
     """
     if not _jobs_connection_open():
         # Refused before the handler began (a crowded or restarting database): given back
         # uncounted; the code tells the worker to back off.
         return Finished(claim, Happened.NOT_STARTED, ErrorCode.DATABASE_UNAVAILABLE)
+    try:
+        if on_start is not None:
+            on_start(claim)
+        return run(claim, lease, side_writer)
+    finally:
+        _reset_connections()
+
+
+def run(
+    claim: Claim, lease: Lease, side_writer: SideWriter | None = None, *, reraise_base: bool = False
+) -> Finished:
+    """Run the handler of ``claim`` on the calling thread's connections, as they are, and say
+    how it ended.
+
+    Raises nothing, unless ``reraise_base``: then a ``BaseException`` that is not an
+    ``Exception`` (``SystemExit``, ``KeyboardInterrupt``) propagates as it would from any
+    function, and the execution is left to its lease, as after a crash.
+    """
     started = time.perf_counter()
     lease.start()
     try:
         finished = _run(claim, lease, side_writer, started)
     except BaseException as exc:  # SystemExit, KeyboardInterrupt, CancelledError: still an outcome
+        if reraise_base and not isinstance(exc, Exception):
+            raise
         finished = _failure(claim, exc, started)
     finally:
         lease.done = True
-        _reset_connections()
     if finished.happened is not None and lease.lost:
         finished = Finished(claim, None, ran_for=finished.ran_for)
     if finished.happened is None:
         # The job was taken over: its state belongs to the new owner, and the guarded write
         # would be refused anyway.
         logger.warning("lease lost id=%s execution=%s type=%s", claim.id, claim.execution_id, claim.type)
-    return finished
+        return finished
+    return dataclasses.replace(finished, marked_call=True) if lease.marked_call else finished
 
 
 def _run(claim: Claim, lease: Lease, side_writer: SideWriter | None, started: float) -> Finished:
@@ -104,6 +134,7 @@ def _run(claim: Claim, lease: Lease, side_writer: SideWriter | None, started: fl
         checkpoint=_decode_json(claim.checkpoint),
         lease=lease,
         side_writer=side_writer,
+        external_calls=job_type.external_calls,
     )
     reconciled = _reconcile(claim, job_type, ctx, payload, started)
     if reconciled is not None:

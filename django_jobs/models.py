@@ -1,20 +1,24 @@
 """The job tables: ``Job`` (one row per job, the happy path recorded on it), ``JobEvent``
 (append-only history of every transition off the plain claim → complete path, and of every
-manual action) and ``ProcessedEffect`` (keys of side effects that already happened).
+manual action), ``ExternalCall`` (the marks executions commit before calling out) and
+``ProcessedEffect`` (keys of side effects that already happened).
 
 Status writes do not go through these models: ``transitions.py`` is their only writer.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 from django.db import connections, models
-from django.db.models import Q
+from django.db.models import BooleanField, Q
+from django.db.models.expressions import RawSQL
 from django.db.models.functions import Now
 
 from django_jobs.registry import QUEUE_PATTERN
 from django_jobs.states import ACTIVE_STATUSES, KEY_HOLDING_STATUSES, EventKind, JobStatus
+from django_jobs.transitions.claimable import CLAIM_ORDER, claim_filter, claim_inputs, positional
 
 
 class JobQuerySet(models.QuerySet["Job"]):
@@ -35,6 +39,27 @@ class JobQuerySet(models.QuerySet["Job"]):
     def stale(self) -> JobQuerySet:
         """Running jobs whose lease expired: their worker is presumed lost (the reaper's prey)."""
         return self.filter(status=JobStatus.RUNNING, lease_expires_at__lt=Now())
+
+    def claimable(
+        self, queues: Iterable[str] | None = None, types: Iterable[str] | None = None
+    ) -> JobQuerySet:
+        """The jobs a worker of this process could claim now, in the order it would claim them.
+
+        The claim's own conditions, from the same SQL text (``transitions.claimable``): pending,
+        due by the database's clock, of a type this process has a handler for (among ``types``,
+        when given) and a payload version it can read, in a queue that is not paused (among
+        ``queues``, when given), with room under its concurrency key and rate limit as the
+        claim's candidate scan sees them; best priority first, then the longest due. Raises
+        nothing for names nobody knows: they match no job.
+        """
+        inputs = claim_inputs(types)
+        if not inputs.versions:
+            return self.none()
+        sql, params = positional(*claim_filter(inputs))
+        claimable = self.filter(RawSQL(sql, params, output_field=BooleanField()))
+        if queues is not None:
+            claimable = claimable.filter(queue__in=list(queues))
+        return claimable.order_by(*CLAIM_ORDER)
 
     def distinct_values(self, column: str) -> list[str]:
         """The distinct non-null values of an indexed column, by a loose index scan.
@@ -84,6 +109,11 @@ class Job(models.Model):
     #: (the type's limit, copied at enqueue like ``on_lost``); NULL for a job without a key.
     concurrency_key = models.CharField(max_length=200, null=True, blank=True)
     concurrency_limit = models.PositiveIntegerField(null=True, blank=True)
+    #: For a type that marks its external calls (``@job(external_calls=...)``), copied at
+    #: enqueue like ``on_lost``: where a job goes when an execution that marked a call is lost
+    #: ("reconcile" or "needs_review"); one lost before any mark is retried. NULL for a type
+    #: that does not mark its calls: ``on_lost`` decides.
+    on_lost_in_call = models.CharField(max_length=20, null=True, blank=True)
 
     # Ownership of the current (or last) execution. Every write after a claim is guarded by
     # (id, execution_id, status='running'), so an execution that lost its lease changes nothing.
@@ -302,6 +332,38 @@ class JobEvent(models.Model):
         if self.pk is not None and not self._state.adding:
             raise ValueError("JobEvent rows are append-only")
         super().save(*args, **kwargs)
+
+
+class ExternalCall(models.Model):
+    """A mark an execution committed before calling out of the system (``ctx.external_call``).
+
+    Inserted before the call, by a write guarded like every write of an execution; its end
+    (``ended_at``, and the exception that left the block, if any) is written when the block
+    exits. When an execution is lost, the reaper looks for its marks: none means it never
+    reached the provider (a plain retry is safe); one means it may have (the job is reconciled,
+    or parked for review). Rows are only inserted, and ended once.
+    """
+
+    id = models.BigAutoField(primary_key=True)
+    # Served by the index below, whose first column it is: no index of its own.
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="external_calls", db_index=False)
+    execution_id = models.UUIDField()
+    name = models.CharField(max_length=100)
+    started_at = models.DateTimeField(db_default=Now())
+    #: When the block exited; NULL while the call runs, or if its execution died in it.
+    ended_at = models.DateTimeField(null=True, blank=True)
+    #: The import path of the exception that left the block (never its message: no secrets).
+    exception = models.CharField(max_length=300, null=True, blank=True)
+
+    class Meta:
+        ordering = ("job_id", "id")
+        indexes = (
+            # The reaper's question (did this execution mark a call?) and the job's page.
+            models.Index(fields=["job", "execution_id"], name="django_jobs_call_execution"),
+        )
+
+    def __str__(self) -> str:
+        return f"call {self.name} job={self.job_id} execution={self.execution_id}"
 
 
 class ProcessedEffect(models.Model):

@@ -11,6 +11,7 @@ never dies of a job's data and the rest of the batch is written.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import random
@@ -18,13 +19,14 @@ from collections.abc import Sequence
 
 from django.db import DatabaseError
 
-from django_jobs import transitions
+from django_jobs import signals, transitions
 from django_jobs.backoff import Backoff, Random
 from django_jobs.conf import jobs_settings
 from django_jobs.decision import MAX_RETRY_DELAY, Happened, Situation, decide
 from django_jobs.errors import DATABASE_UNAVAILABLE, ErrorCode
 from django_jobs.executor import Finished
-from django_jobs.registry import retry_policy
+from django_jobs.models import Job
+from django_jobs.registry import registry, retry_policy
 from django_jobs.sanitize import error_code, storable_text
 from django_jobs.states import EventKind, JobStatus
 from django_jobs.transitions import Outcome
@@ -62,6 +64,8 @@ def outcome_for(finished: Finished, cancel_requested: bool = False, rng: Random 
             error_code=code,
             retry_after=_number(finished.retry_after),
             previous_error_code=claim.last_error_code,
+            on_lost_in_call=_on_lost_in_call(claim.type),
+            marked_call=finished.marked_call,
         ),
         lambda: retry_policy(claim.type),
         rng,
@@ -101,6 +105,14 @@ def write(
     A job missing from the result was taken over by another execution (its lease was lost).
     Raises only when the jobs database is unreachable (the caller keeps the batch and retries).
     """
+    return {job_id: str(outcome.status) for job_id, outcome in record(finished, cancel_requested).items()}
+
+
+def record(
+    finished: Sequence[Finished], cancel_requested: set[int] | frozenset[int] = frozenset()
+) -> dict[int, Outcome]:
+    """Write the outcomes of ``finished`` executions, like :func:`write`, and return
+    ``{job id: the outcome written}``."""
     live = [f for f in finished if f.happened is not None]
     by_id = {f.claim.id: f for f in live}
     outcomes = [outcome_for(f, f.claim.id in cancel_requested) for f in live]
@@ -113,28 +125,55 @@ def write(
     return written
 
 
-def _write(outcomes: list[Outcome]) -> dict[int, str]:
+def announce(finished: Sequence[Finished], written: dict[int, Outcome], worker_id: str | None) -> None:
+    """Send ``job_finished`` for the executions whose outcome was written (a job given back
+    unstarted did not run: it has none). Costs one check when no receiver is connected."""
+    if not signals.listened(signals.job_finished):
+        return
+    alias = jobs_settings.DATABASE
+    for f in finished:
+        outcome = written.get(f.claim.id)
+        if outcome is None or f.happened is Happened.NOT_STARTED:
+            continue
+        claim = f.claim
+        signals.after_commit(
+            alias,
+            functools.partial(
+                signals.send, signals.job_finished, Job, job_id=claim.id, type=claim.type, queue=claim.queue,
+                status=str(outcome.status), attempt=claim.attempt, execution_id=claim.execution_id,
+                worker_id=worker_id, duration=f.ran_for, error_code=outcome.error_code, error=outcome.error,
+            ),
+        )  # fmt: skip
+
+
+def _on_lost_in_call(type_name: str) -> str | None:
+    job_type = registry.get(type_name)
+    return job_type.on_lost_in_call if job_type is not None else None
+
+
+def _write(outcomes: list[Outcome]) -> dict[int, Outcome]:
     try:
         ids = transitions.write_outcomes(outcomes)
-        return {o.job_id: str(o.status) for o in outcomes if o.job_id in ids}
+        return {o.job_id: o for o in outcomes if o.job_id in ids}
     except DATABASE_UNAVAILABLE:
         raise
     except DatabaseError:
         logger.exception("a batch of %s outcome(s) was refused; writing them one by one", len(outcomes))
-    written: dict[int, str] = {}
+    written: dict[int, Outcome] = {}
     for outcome in outcomes:
         try:
             if transitions.write_outcomes([outcome]):
-                written[outcome.job_id] = str(outcome.status)
+                written[outcome.job_id] = outcome
         except DATABASE_UNAVAILABLE:
             raise
         except DatabaseError as exc:
-            if _write_refused(outcome, exc):
-                written[outcome.job_id] = JobStatus.FAILED
+            replacement = _write_refused(outcome, exc)
+            if replacement is not None:
+                written[outcome.job_id] = replacement
     return written
 
 
-def _write_refused(outcome: Outcome, exc: DatabaseError) -> set[int]:
+def _write_refused(outcome: Outcome, exc: DatabaseError) -> Outcome | None:
     """End the one job whose outcome the database refused, with a plain, storable error."""
     logger.error(
         "outcome refused by the database id=%s status=%s: %s; the job ends failed (%s)",
@@ -153,12 +192,12 @@ def _write_refused(outcome: Outcome, exc: DatabaseError) -> set[int]:
         ran_for=outcome.ran_for,
     )
     try:
-        return transitions.write_outcomes([replacement])
+        return replacement if transitions.write_outcomes([replacement]) else None
     except DATABASE_UNAVAILABLE:
         raise
     except DatabaseError:
         logger.exception("could not end job id=%s; its lease decides", outcome.job_id)
-        return set()
+        return None
 
 
 def _number(value: object) -> float | None:

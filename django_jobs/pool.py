@@ -217,7 +217,9 @@ class ExecutorPool:
                     finished = self._run(slot, held)
                 except BaseException as exc:  # execute() never raises; if it did, the slot lives on
                     logger.exception("executor error id=%s", held.claim.id)
-                    finished = Finished(held.claim, Happened.RETRYABLE, "UNKNOWN", repr(exc)[:500])
+                    finished = Finished(
+                        held.claim, Happened.RETRYABLE, "UNKNOWN", repr(exc)[:500], marked_call=None
+                    )
                 with self._lock:
                     mine = self._slot_of.get(held.claim.execution_id) == slot
                     if mine:

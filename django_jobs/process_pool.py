@@ -35,6 +35,7 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
@@ -45,6 +46,7 @@ from django_jobs.decision import Happened
 from django_jobs.errors import ErrorCode
 from django_jobs.executor import Finished
 from django_jobs.pool import ExecutorPool, Held
+from django_jobs.transitions import Claim
 
 logger = logging.getLogger("django_jobs.pool")
 
@@ -76,8 +78,12 @@ class ProcessPool(ExecutorPool):
         *,
         max_jobs: int = 1000,
         max_memory_mb: float | None = None,
+        on_start: Callable[[Claim], None] | None = None,
     ) -> None:
         super().__init__(concurrency, execute=_unused, on_finished=on_finished)
+        #: Called as a job is handed to its child (the worker sends ``job_started`` there: a
+        #: receiver's state stays in the worker, with ``job_finished``'s).
+        self._on_start = on_start
         self.max_jobs = max_jobs
         self.max_memory_mb = max_memory_mb
         self._children: dict[int, _Child] = {}
@@ -117,6 +123,8 @@ class ProcessPool(ExecutorPool):
         claim, lease = held.claim, held.lease
         child.cancel.value, child.lost.value = 0, 0
         lease.start()
+        if self._on_start is not None:
+            self._on_start(claim)
         try:
             child.conn.send((claim, _lease_terms(lease)))
             while not child.conn.poll(0.02):
@@ -144,6 +152,7 @@ class ProcessPool(ExecutorPool):
                 ErrorCode.INTERRUPTED,
                 f"the child process running this job died (exit code {code})",
                 ran_for=time.monotonic() - (lease.started or time.monotonic()),
+                marked_call=None,  # it may have marked a call before it died
             )
         finally:
             lease.done = True
@@ -160,7 +169,8 @@ class ProcessPool(ExecutorPool):
         logger.error("killing the child running job id=%s type=%s: %s", held.claim.id, held.claim.type, why)
         self._replace(slot)
         started = held.lease.started or time.monotonic()
-        return Finished(held.claim, happened, code, why, ran_for=time.monotonic() - started)
+        # Killed mid-run: whether it had marked an external call is the child's secret.
+        return Finished(held.claim, happened, code, why, ran_for=time.monotonic() - started, marked_call=None)
 
     # ---- children -------------------------------------------------------------------------------
 

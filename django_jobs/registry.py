@@ -27,6 +27,8 @@ QUEUE_PATTERN = r"^[A-Za-z0-9_][A-Za-z0-9_.:-]{0,99}$"
 # In Python, \Z: "$" also matches before a trailing newline, and "emails\n" is not a name.
 NAME_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.:-]{0,199}\Z")
 QUEUE_RE = re.compile(QUEUE_PATTERN.removesuffix("$") + r"\Z")
+#: The name of an external call (``@job(external_calls=...)``, ``ctx.external_call(name)``).
+CALL_NAME_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.:-]{0,99}\Z")
 PRIORITY_RANGE = range(-100, 101)  # the range of Django's Tasks framework; higher runs first
 ON_LOST_CHOICES = ("retry", "reconcile", "needs_review")
 
@@ -81,6 +83,20 @@ class JobType:
     concurrency_limit: int = 1
     #: At most so many starts of this type per window, across all workers; None: no limit.
     rate_limit: RateLimit | None = None
+    #: The names of the calls out of the system this type makes, each one inside
+    #: ``with ctx.external_call(name):``. Declaring them says that every call whose repetition
+    #: would matter is marked: an execution lost before any mark never reached the provider and
+    #: is retried; one lost after a mark is reconciled or parked (see ``on_lost_in_call``).
+    external_calls: tuple[str, ...] = ()
+
+    @property
+    def on_lost_in_call(self) -> str | None:
+        """Where a lost execution that marked an external call sends the job: "reconcile" when
+        the type can ask the provider, "needs_review" otherwise, whatever its ``on_lost``;
+        None for a type that declares no external calls."""
+        if not self.external_calls:
+            return None
+        return "reconcile" if self.reconcile is not None else "needs_review"
 
     @property
     def default_queue(self) -> str:
@@ -178,6 +194,7 @@ def job(
     concurrency_key: KeyFunction | None = None,
     concurrency_limit: int = 1,
     rate_limit: str | None = None,
+    external_calls: tuple[str, ...] | list[str] = (),
 ) -> Callable[[H], H]:
     """Register the decorated ``handler(ctx, payload)`` as job type ``name``.
 
@@ -213,6 +230,13 @@ def job(
     if problem is not None:
         raise ValueError(problem)
     rate = parse_rate_limit(rate_limit) if rate_limit is not None else None
+    if isinstance(external_calls, str) or not all(
+        isinstance(call, str) and CALL_NAME_RE.match(call) for call in external_calls
+    ):
+        raise ValueError(
+            'external_calls must be a tuple of call names (1-100 letters, digits and _ . : -), '
+            'e.g. external_calls=("charge",)'
+        )
 
     def decorator(handler: H) -> H:
         registry.register(
@@ -235,6 +259,7 @@ def job(
                 concurrency_key=concurrency_key,
                 concurrency_limit=concurrency_limit,
                 rate_limit=rate,
+                external_calls=tuple(dict.fromkeys(external_calls)),
             )
         )
         handler.job_name = name  # type: ignore[attr-defined]  # lets enqueue(handler, ...) work

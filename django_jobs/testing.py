@@ -1,24 +1,92 @@
-"""Helpers for your own tests: run the queued jobs now, in this process, with the real worker."""
+"""Helpers for your own tests: run queued jobs now, and see what a block of code enqueued.
+
+- :func:`run_one` claims one job and runs it on the calling thread, on the jobs database's
+  connection, through the worker's own claim, executor and outcome writer: it works inside a
+  ``TestCase`` (everything happens in the test's transaction) as well as outside one.
+- :func:`run_jobs` runs a real burst worker, on threads with their own connections: it needs
+  committed jobs (``TransactionTestCase``); :func:`run_until_settled` runs either way.
+- :func:`enqueued_jobs` records what a block enqueues, and keeps it out of the queue;
+  :func:`assert_enqueued` checks what it recorded, with a message that lists what was
+  enqueued instead (both from ``django_jobs.recording``).
+"""
 
 from __future__ import annotations
 
+import socket
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 
-from django.db.models import F, Min, QuerySet
-from django.db.models.functions import Now
+from django.db import connections
+from django.db.models import DateTimeField, F, Func, Min, QuerySet
+from psycopg.pq import TransactionStatus
 
+from django_jobs import outcomes, signals, transitions
 from django_jobs.conf import jobs_settings
+from django_jobs.context import Lease
+from django_jobs.executor import run
 from django_jobs.models import Job
+from django_jobs.recording import EnqueuedJob, EnqueuedJobs, assert_enqueued, enqueued_jobs
+from django_jobs.registry import registry
 from django_jobs.states import ACTIVE_STATUSES, JobStatus
+from django_jobs.transitions import Claim, ClaimStatement
+from django_jobs.transitions.claimable import claim_inputs
 from django_jobs.worker import Worker, WorkerStats
+
+
+def run_one(queues: Sequence[str] | None = None, types: Sequence[str] | None = None) -> Job | None:
+    """Claim at most one claimable job and run it here; return the job as it ended, or None.
+
+    The job is the one a worker would claim next (``Job.objects.claimable(queues, types)``
+    lists them in that order). It is claimed by the worker's claim statement, run by the
+    worker's executor on the calling thread and on the jobs database's connection, and its
+    outcome is decided and written by the worker's outcome writer, from this thread: all of it
+    inside the caller's transaction, if there is one (a ``TestCase``). The handler's writes
+    are the caller's to see; a database error in the handler rolls back the handler's writes
+    only (a savepoint), so that its outcome can still be written.
+
+    A ``BaseException`` that is not an ``Exception`` (``SystemExit``, ``KeyboardInterrupt``)
+    propagates from the handler, and nothing more is written: the job stays ``running`` until
+    its lease expires and the reaper decides, as after a crash. ``job_started`` and
+    ``job_finished`` are sent after the commit (see ``django_jobs.signals``).
+    """
+    alias = jobs_settings.DATABASE
+    inputs = claim_inputs(types)
+    if not inputs.versions:
+        return None
+    statement = ClaimStatement(
+        _WORKER_ID, list(queues or []), inputs.versions, inputs.leases, inputs.oldest, inputs.rate_limits
+    )
+    transitions.open_rate_windows(statement.rate_limited)
+    claims = transitions.claim(statement, 1)
+    if not claims:
+        return None
+    claim = claims[0]
+    job_type = registry.get(claim.type)
+    assert job_type is not None, "the claim takes only types this process knows"
+    lease = Lease(
+        claim.id,
+        claim.execution_id,
+        job_type.lease,
+        beats=job_type.heartbeat,
+        timeout=job_type.timeout,
+        counted=claim.counted,
+        claimed_db=claim.claimed_at,
+    )
+    _announce_start(alias, claim)
+    with _handler_savepoint(alias):
+        finished = run(claim, lease, reraise_base=True)
+    written = outcomes.record([finished])
+    outcomes.announce([finished], written, _WORKER_ID)
+    return Job.objects.using(alias).get(id=claim.id)
 
 
 def run_jobs(queues: Sequence[str] | None = None, concurrency: int = 1) -> WorkerStats:
     """Run a burst worker: every job claimable now is executed; retries scheduled later wait.
 
     The worker's threads use their own connections, so use a transactional test
-    (``@pytest.mark.django_db(transaction=True)`` or ``TransactionTestCase``).
+    (``@pytest.mark.django_db(transaction=True)`` or ``TransactionTestCase``); in a ``TestCase``,
+    use :func:`run_one` or ``run_until_settled(in_thread=True)``.
     """
     worker = Worker(queues=queues, concurrency=concurrency, burst=True, grace=5.0)
     worker.run()
@@ -26,12 +94,22 @@ def run_jobs(queues: Sequence[str] | None = None, concurrency: int = 1) -> Worke
 
 
 def run_until_settled(
-    queues: Sequence[str] | None = None, concurrency: int = 1, timeout: float = 30.0
+    queues: Sequence[str] | None = None,
+    concurrency: int = 1,
+    timeout: float = 30.0,
+    *,
+    in_thread: bool = False,
 ) -> None:
-    """Run burst workers until no job is pending or running, waiting out retry backoffs.
+    """Run jobs until no job is pending or running, waiting out retry backoffs.
 
-    Raises ``TimeoutError`` if jobs are still active after ``timeout`` seconds.
+    With ``in_thread``, one job at a time by :func:`run_one`, on this thread (a ``TestCase``
+    works); otherwise by burst workers (:func:`run_jobs`). Raises ``TimeoutError`` if jobs are
+    still active after ``timeout`` seconds, and at once, in-thread inside a transaction, when
+    the jobs left wait for a later time: the database's clock stands still inside a
+    transaction, so that time never comes.
     """
+    if in_thread and concurrency != 1:
+        raise ValueError("in_thread runs one job at a time: leave concurrency at 1")
     deadline = time.monotonic() + timeout
     active = Job.objects.using(jobs_settings.DATABASE).filter(status__in=ACTIVE_STATUSES)
     if queues:
@@ -39,13 +117,78 @@ def run_until_settled(
     while active.exists():
         if time.monotonic() > deadline:
             raise TimeoutError(f"{active.count()} job(s) still active after {timeout}s")
-        run_jobs(queues, concurrency)
+        if in_thread:
+            if run_one(queues) is not None:
+                continue
+        else:
+            run_jobs(queues, concurrency)
         wait = _seconds_until_next_due(active)
+        if wait > 0 and in_thread and connections[jobs_settings.DATABASE].in_atomic_block:
+            raise TimeoutError(
+                f"{active.count()} job(s) still active, the next one due in {wait:.3f}s: the database's "
+                "clock stands still inside this test's transaction, so it never will be. Check the "
+                "retry with run_one(), or run the test in a TransactionTestCase"
+            )
         if wait > 0:
             time.sleep(min(wait, max(0.0, deadline - time.monotonic())))
+        elif in_thread:
+            time.sleep(min(0.05, max(0.0, deadline - time.monotonic())))  # running elsewhere
+
+
+_WORKER_ID = f"{socket.gethostname()}:testing"
 
 
 def _seconds_until_next_due(active: QuerySet[Job]) -> float:
-    # Database time: the backoff was counted from the database's now(), not ours.
-    wait = active.filter(status=JobStatus.PENDING).aggregate(wait=Min(F("available_at") - Now()))["wait"]
+    # Database time: the backoff was counted from the database's now(), not ours. And the
+    # claim's now(), the start of the transaction: Django's Now() is the statement's time, which
+    # runs on inside a transaction while the claim's clock stands still.
+    now = Func(template="now()", output_field=DateTimeField())
+    wait = active.filter(status=JobStatus.PENDING).aggregate(wait=Min(F("available_at") - now))["wait"]
     return wait.total_seconds() if wait is not None else 0.0
+
+
+def _announce_start(alias: str, claim: Claim) -> None:
+    if signals.listened(signals.job_started):
+        signals.after_commit(
+            alias,
+            lambda: signals.send(
+                signals.job_started, Job, job_id=claim.id, type=claim.type, queue=claim.queue,
+                attempt=claim.attempt, execution_id=claim.execution_id, worker_id=_WORKER_ID,
+            ),
+        )  # fmt: skip
+
+
+@contextmanager
+def _handler_savepoint(alias: str) -> Iterator[None]:
+    """Inside a transaction, run the handler in a savepoint, released unless the transaction
+    failed (a database error in the handler), then rolled back: the outcome can be written.
+
+    A worker's handler runs in autocommit, where a failed statement spoils nothing else; inside
+    a test's transaction, it would make every later statement fail.
+    """
+    connection = connections[alias]
+    if not connection.in_atomic_block:
+        yield
+        return
+    # The connection's own methods: transaction.savepoint() is renamed in Django 6.1.
+    savepoint = connection.savepoint()
+    assert savepoint is not None, "PostgreSQL makes savepoints inside a transaction"
+    try:
+        yield
+    finally:
+        status = connection.connection.info.transaction_status if connection.connection else None
+        if status == TransactionStatus.INERROR or connection.needs_rollback:
+            connection.needs_rollback = False  # the rollback to the savepoint repairs it
+            connection.savepoint_rollback(savepoint)
+        else:
+            connection.savepoint_commit(savepoint)
+
+__all__ = [
+    "EnqueuedJob",
+    "EnqueuedJobs",
+    "assert_enqueued",
+    "enqueued_jobs",
+    "run_jobs",
+    "run_one",
+    "run_until_settled",
+]

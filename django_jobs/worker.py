@@ -42,7 +42,7 @@ from django.conf import settings
 from django.db import Error as DatabaseError  # every database error, InterfaceError included
 from django.db import connections
 
-from django_jobs import logs, outcomes, transitions
+from django_jobs import logs, outcomes, signals, transitions
 from django_jobs.conf import jobs_settings
 from django_jobs.context import Lease
 from django_jobs.decision import Happened
@@ -50,6 +50,7 @@ from django_jobs.errors import DATABASE_UNAVAILABLE, ErrorCode
 from django_jobs.executor import Finished, execute
 from django_jobs.heartbeat import Heartbeat
 from django_jobs.listener import Listener
+from django_jobs.models import Job
 from django_jobs.pool import ExecutorPool, Held
 from django_jobs.process_pool import ProcessPool
 from django_jobs.reaper import ReaperLoop
@@ -244,7 +245,8 @@ class Worker:
         self.pool = pool
         self._pool: ExecutorPool = (
             ProcessPool(
-                concurrency, self._record, max_jobs=max_jobs_per_child, max_memory_mb=max_child_memory_mb
+                concurrency, self._record, max_jobs=max_jobs_per_child, max_memory_mb=max_child_memory_mb,
+                on_start=self._started,
             )
             if pool == "process"
             else ExecutorPool(concurrency, self._execute, self._record)
@@ -575,7 +577,7 @@ class Worker:
             batch, self._finished, self._oldest_finished_at = self._finished, [], None
             self._writing += 1
         try:
-            written = outcomes.write(batch)  # job id → the status written
+            written = outcomes.record(batch)  # job id → the outcome written
         except DatabaseError:  # only the unreachable database gets here: keep them for later
             with self._lock:
                 self._finished[:0] = batch
@@ -584,13 +586,14 @@ class Worker:
         finally:
             with self._lock:
                 self._writing -= 1
+        outcomes.announce(batch, written, self.worker_id)
         for finished in batch:
-            status = written.get(finished.claim.id)
-            if status is not None:
+            outcome = written.get(finished.claim.id)
+            if outcome is not None:
                 if finished.happened is Happened.NOT_STARTED:
                     self.stats.released += 1
                 else:
-                    self.stats.outcomes[status] += 1
+                    self.stats.outcomes[str(outcome.status)] += 1
             else:
                 self.stats.lost += 1
                 logger.warning(
@@ -609,7 +612,15 @@ class Worker:
     # ---- the pool's side (executor threads) -----------------------------------------------------
 
     def _execute(self, claim: Claim, lease: Lease) -> Finished:
-        return execute(claim, lease, side_writer=self._heartbeat)
+        return execute(claim, lease, side_writer=self._heartbeat, on_start=self._started)
+
+    def _started(self, claim: Claim) -> None:
+        """An execution is about to run its handler: tell ``job_started``'s receivers, if any."""
+        if signals.listened(signals.job_started):
+            signals.send(
+                signals.job_started, Job, job_id=claim.id, type=claim.type, queue=claim.queue,
+                attempt=claim.attempt, execution_id=claim.execution_id, worker_id=self.worker_id,
+            )  # fmt: skip
 
     def _record(self, finished: Finished) -> None:
         """Called by a slot when its job ended."""
@@ -631,8 +642,9 @@ class Worker:
             # after all: write its outcome here; the guarded write lands only if its lease
             # was not taken over meanwhile.
             with contextlib.suppress(DatabaseError):
-                written = outcomes.write([finished])
-                self.stats.outcomes.update(written.values())
+                written = outcomes.record([finished])
+                outcomes.announce([finished], written, self.worker_id)
+                self.stats.outcomes.update(str(o.status) for o in written.values())
 
     def _record_many(self, finished: list[Finished]) -> bool:
         """Queue outcomes for the writer; False once the worker is closed (nobody writes)."""

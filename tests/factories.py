@@ -25,6 +25,7 @@ class JobFactory(factory.django.DjangoModelFactory[Job]):
     max_attempts = 5
     # As enqueue() does: the type's policy for a lost execution is stored on the row.
     on_lost = factory.LazyAttribute(lambda job: _on_lost(job.type))
+    on_lost_in_call = factory.LazyAttribute(lambda job: _on_lost_in_call(job.type))
 
     class Params:
         running = factory.Trait(
@@ -62,6 +63,11 @@ class JobFactory(factory.django.DjangoModelFactory[Job]):
         delayed = factory.Trait(
             available_at=factory.LazyFunction(lambda: timezone.now() + dt.timedelta(hours=1))
         )
+
+
+def _on_lost_in_call(job_type: str) -> str | None:
+    registered = registry.get(job_type)
+    return registered.on_lost_in_call if registered is not None else None
 
 
 def _on_lost(job_type: str) -> str:

@@ -10,10 +10,12 @@ Time is always the database's ``now()``.
   a release is an outcome too) — the hot path;
 - ``operator``: what people do (cancel, manual retry, resolve), with actor and reason;
 - ``queues``: what people do to queues (pause, resume), with actor and reason;
+- ``calls``: the marks an execution commits before it calls out, and their ends;
 - ``recovery``: the reaper's writes (expired leases, retention);
 - ``workers``: worker processes reporting themselves alive.
 """
 
+from django_jobs.transitions.calls import end_call, mark_call, marked_calls
 from django_jobs.transitions.execution import (
     Beat,
     Claim,
@@ -56,10 +58,13 @@ __all__ = [
     "cancel_requested_among",
     "claim",
     "cut_leases",
+    "end_call",
     "forget_idle_keys",
     "forget_worker",
     "heartbeat",
     "manual_retry",
+    "mark_call",
+    "marked_calls",
     "open_rate_windows",
     "pause_queue",
     "prune",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -9,6 +10,7 @@ from dataclasses import dataclass
 from django.db import connections, transaction
 
 from django_jobs.conf import jobs_settings
+from django_jobs.transitions.calls import marked_calls
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,6 +28,15 @@ class Expired:
     started: bool
     on_lost: str
     cancel_requested: bool
+    queue: str | None = None
+    #: The type's policy for an execution lost after marking an external call; None when the
+    #: type marks none (see ``Job.on_lost_in_call``).
+    on_lost_in_call: str | None = None
+    #: The error code of the job's previous ending (the lost execution never wrote one).
+    last_error_code: str | None = None
+    #: The name of the last external call the lost execution marked, if it marked one (read
+    #: only for types that mark their calls).
+    marked_call: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,7 +54,7 @@ class Recovery:
 
 _SELECT_EXPIRED = """
 SELECT id, type, execution_id, worker_id, attempts, max_attempts, started_at IS NOT NULL, on_lost,
-       cancel_requested_at IS NOT NULL
+       cancel_requested_at IS NOT NULL, queue, on_lost_in_call, last_error_code
 FROM django_jobs_job
 WHERE status = 'running' AND lease_expires_at < now()
 ORDER BY lease_expires_at LIMIT %s
@@ -87,12 +98,18 @@ def recover_expired(decide: Callable[[Expired], Recovery], limit: int) -> list[R
     """Take back up to ``limit`` running jobs whose lease expired, as ``decide`` says.
 
     Locks the expired rows with SKIP LOCKED, so reapers in many processes split the work, and
-    moves each one only if it is still the same expired execution. Returns what was done.
+    moves each one only if it is still the same expired execution. The marks of the lost
+    executions are read after their rows are locked, by a statement of its own (a snapshot
+    taken after the locks): a mark committed before the lock is seen, and one that comes after
+    waits for this transaction and is then refused (see ``calls._MARK``). Returns what was done.
     """
     alias = jobs_settings.DATABASE
     with transaction.atomic(using=alias), connections[alias].cursor() as cursor:
         cursor.execute(_SELECT_EXPIRED, [limit])
-        decisions = [decide(Expired(*row)) for row in cursor.fetchall()]
+        expired = [Expired(*row) for row in cursor.fetchall()]
+        marking = [(e.id, e.execution_id) for e in expired if e.on_lost_in_call is not None]
+        marks = marked_calls(marking) if marking else {}
+        decisions = [decide(dataclasses.replace(e, marked_call=marks.get(e.id))) for e in expired]
         if not decisions:
             return []
         cursor.execute(
@@ -113,8 +130,9 @@ def recover_expired(decide: Callable[[Expired], Recovery], limit: int) -> list[R
     return [r for r in decisions if r.expired.id in moved]
 
 
-# Events go with their job (the foreign key has no ON DELETE CASCADE in the database: Django
-# emulates it, and this statement does not go through the ORM). Batches keep locks and WAL small.
+# Events and marks go with their job (the foreign keys have no ON DELETE CASCADE in the database:
+# Django emulates it, and this statement does not go through the ORM). Batches keep locks and WAL
+# small.
 _PRUNE = """
 WITH doomed AS (
     SELECT id FROM django_jobs_job
@@ -123,6 +141,8 @@ WITH doomed AS (
     FOR UPDATE SKIP LOCKED
 ), events AS (
     DELETE FROM django_jobs_jobevent WHERE job_id IN (SELECT id FROM doomed)
+), calls AS (
+    DELETE FROM django_jobs_externalcall WHERE job_id IN (SELECT id FROM doomed)
 )
 DELETE FROM django_jobs_job WHERE id IN (SELECT id FROM doomed)
 """

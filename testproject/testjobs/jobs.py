@@ -421,3 +421,50 @@ def keyed_once(ctx: JobContext, payload: dict[str, Any]) -> None:
 @job("test.rated", rate_limit="20/s")
 def rated(ctx: JobContext, payload: dict[str, Any]) -> None:
     """At most 20 starts in any second, across all workers."""
+
+
+# ---- jobs that mark their external calls ------------------------------------------------------
+
+
+def _reach(ctx: JobContext, payload: dict[str, Any], point: str) -> None:
+    """Commit a row saying the execution reached ``point``; on the first attempt, stay there
+    if the payload says so (a test kills the worker meanwhile)."""
+    _mark(ctx, point)
+    if payload.get("hang") == point and ctx.attempt == 1:
+        time.sleep(payload.get("seconds", 60))
+
+
+def _marked_charge(ctx: JobContext, payload: dict[str, Any]) -> None:
+    """One call to a provider without idempotency, marked; its effect is a row per attempt."""
+    _reach(ctx, payload, "before_call")
+    if payload.get("fail_before_call") and ctx.attempt == 1:
+        raise RetryableError("could not build the request", code=payload["fail_before_call"])
+    with ctx.external_call("charge"):
+        _reach(ctx, payload, "in_call")
+        if payload.get("fail_in_call") and ctx.attempt == 1:
+            raise RetryableError("no answer from the provider", code=payload["fail_in_call"])
+        key = f"provider_charge:{ctx.job_id}:{ctx.attempt}"
+        BusinessRow.objects.create(key=key, job_id=ctx.job_id, execution_id=ctx.execution_id)
+        _reach(ctx, payload, "charged")
+    if payload.get("fail_after_call") and ctx.attempt == 1:
+        raise RetryableError("the receipt could not be stored", code=payload["fail_after_call"])
+
+
+@job("test.marked_charge", backoff=FAST, on_lost="needs_review", external_calls=("charge", "refund"))
+def marked_charge(ctx: JobContext, payload: dict[str, Any]) -> None:
+    """An irreversible call (on_lost="needs_review"), marked: only a loss inside it needs a human."""
+    if payload.get("undeclared"):
+        with ctx.external_call("transfer"):
+            pass
+    _marked_charge(ctx, payload)
+
+
+def _charged(ctx: JobContext, payload: dict[str, Any]) -> Reconciliation:
+    found = BusinessRow.objects.filter(key__startswith=f"provider_charge:{ctx.job_id}:").exists()
+    return Reconciliation.DONE if found else Reconciliation.NOT_DONE
+
+
+@job("test.marked_reconciled", backoff=FAST, external_calls=("charge",), reconcile=_charged)
+def marked_reconciled(ctx: JobContext, payload: dict[str, Any]) -> None:
+    """The same call, with a reconcile that asks whether the charge happened."""
+    _marked_charge(ctx, payload)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import uuid
 from collections.abc import Callable
 
 import pytest
@@ -14,7 +15,7 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from django_jobs.admin import ACTIONS, EXACT_COUNT_LIMIT
-from django_jobs.models import Job, JobEvent, LiveWorker
+from django_jobs.models import ExternalCall, Job, JobEvent, LiveWorker
 from django_jobs.states import EventKind, JobStatus
 from tests.admin.console import DASHBOARD, LIST, act_url, staff
 from tests.factories import JobFactory
@@ -208,6 +209,60 @@ def test_detail_shows_payload_error_and_history(
     assert "&lt;b&gt;1&lt;/b&gt;" in page and "<script>" not in page  # escaped
     assert "PROVIDER_5XX" in page and "Retry scheduled" in page
     assert 'id="job-actions"' in page
+
+
+def test_the_job_page_shows_the_marks_of_its_external_calls(
+    login: Callable[[User | None], Client], superuser: User
+) -> None:
+    job = JobFactory(running=True, type="test.marked_charge")
+    lost = uuid.uuid4()
+    ExternalCall.objects.create(job=job, execution_id=lost, name="charge")
+    ExternalCall.objects.create(
+        job=job, execution_id=lost, name="refund", ended_at=timezone.now(), exception="builtins.TimeoutError"
+    )
+    ExternalCall.objects.create(job=job, execution_id=job.execution_id, name="charge")
+    page = login(superuser).get(f"{LIST}{job.id}/change/").content.decode()
+    section = page[page.index('id="job-external-calls"') : page.index('id="job-history"')]
+    assert "goes to <strong>needs_review</strong>" in section
+    rows = section.split("<tr>")[2:]  # newest first
+    assert "in progress" in rows[0] and "(running now)" in rows[0]
+    assert "raised builtins.TimeoutError" in rows[1]
+    assert "no end recorded: its execution was lost during the call" in rows[2]
+    assert str(lost)[:8] in rows[2]
+
+
+def test_the_job_page_says_whether_a_pending_job_is_claimable_and_why_not(
+    login: Callable[[User | None], Client], superuser: User
+) -> None:
+    from django_jobs import pause_queue
+
+    client = login(superuser)
+
+    def says(job: Job) -> str:
+        page = client.get(f"{LIST}{job.id}/change/").content.decode()
+        return page[page.index("Claimable now") : page.index("Priority:")]
+
+    due = JobFactory(available_at=timezone.now() - dt.timedelta(seconds=5))
+    assert "yes: a worker serving its queue takes it" in says(due)
+    later = JobFactory(available_at=timezone.now() + dt.timedelta(hours=2))
+    assert "no: not due before" in says(later) and "(in 119m)" in says(later)
+    foreign = JobFactory(type="billing.unknown_here", available_at=timezone.now() - dt.timedelta(seconds=5))
+    assert "no handler for its type in this process" in says(foreign)
+    a_while_ago = timezone.now() - dt.timedelta(seconds=5)
+    newer = JobFactory(type="test.versioned", version=4, available_at=a_while_ago)
+    assert "payload version 4 is newer than this code&#x27;s (3)" in says(newer)
+    pause_queue("reports", actor="ops", reason="maintenance")
+    paused = JobFactory(queue="reports", available_at=timezone.now() - dt.timedelta(seconds=5))
+    assert "its queue reports is paused" in says(paused)
+    assert "—" in says(JobFactory(failed=True))
+
+
+def test_a_job_whose_type_marks_no_call_has_no_calls_section(
+    login: Callable[[User | None], Client], superuser: User
+) -> None:
+    job = JobFactory(failed=True)
+    page = login(superuser).get(f"{LIST}{job.id}/change/").content.decode()
+    assert 'id="job-external-calls"' not in page and 'id="job-history"' in page
 
 
 def test_search_matches_ids_types_keys_and_codes_exactly(

@@ -103,11 +103,13 @@ def test_a_batch_the_database_refuses_is_written_row_by_row_and_only_the_bad_row
     poisoned = Outcome(claims[2].id, claims[2].execution_id, JobStatus.FAILED, error_code="X", error="a\x00b")
     with pytest.raises(DataError):
         write_outcomes([*good, poisoned])
-    assert outcomes._write([*good, poisoned]) == {
+    written = outcomes._write([*good, poisoned])
+    assert {job_id: outcome.status for job_id, outcome in written.items()} == {
         claims[0].id: JobStatus.COMPLETED,
         claims[1].id: JobStatus.COMPLETED,
         claims[2].id: JobStatus.FAILED,
     }
+    assert written[claims[2].id].error_code == "OUTCOME_INVALID"  # what was written, not what was asked
     failed = Job.objects.get(id=claims[2].id)
     assert failed.last_error_code == "OUTCOME_INVALID" and "could not be stored" in failed.last_error
     assert {j.id for j in jobs} == {c.id for c in claims}

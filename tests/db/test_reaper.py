@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import json
 import threading
 import uuid
 from collections.abc import Callable
@@ -130,6 +131,46 @@ def test_reapjobs_command_reports_what_it_did(capsys: pytest.CaptureFixture[str]
     JobFactory(running_stale=True)
     call_command("reapjobs")
     assert "recovered 1 → pending; pruned nothing" in capsys.readouterr().out
+
+
+def test_reapjobs_json_reports_each_recovery_for_the_audit(capsys: pytest.CaptureFixture[str]) -> None:
+    retried = JobFactory(running_stale=True, type="test.flaky", attempts=1)
+    parked = JobFactory(running_stale=True, type="test.unsafe", attempts=1)
+    exhausted = JobFactory(running_stale=True, attempts=5, max_attempts=5)
+    live = JobFactory(running=True)
+    call_command("reapjobs", "--json")
+    report = json.loads(capsys.readouterr().out)
+    by_id = {job["id"]: job for job in report["recovered"]}
+    assert set(by_id) == {retried.id, parked.id, exhausted.id}  # never the live one
+    assert live.id not in by_id
+    retried_report = by_id[retried.id]
+    assert retried_report == {
+        "id": retried.id, "type": "test.flaky", "lost_execution": str(retried.execution_id),
+        "worker": "host:1:abc", "status": "pending", "attempts": 1, "max_attempts": 5,
+        "error_code": "LEASE_LOST", "why": retried_report["why"], "retry_in": retried_report["retry_in"],
+        "marked_call": None,
+    }  # fmt: skip
+    assert f"execution {retried.execution_id} on worker host:1:abc stopped renewing" in retried_report["why"]
+    assert 0 < retried_report["retry_in"] < 60
+    assert (by_id[parked.id]["status"], by_id[parked.id]["retry_in"]) == ("needs_review", None)
+    assert "blind retry is unsafe" in by_id[parked.id]["why"]
+    assert "attempts exhausted" in by_id[exhausted.id]["why"] and by_id[exhausted.id]["status"] == "failed"
+    assert report["recovered_by_status"] == {"failed": 1, "needs_review": 1, "pending": 1}
+    assert report["pruned"] == {}
+
+
+def test_reapjobs_json_with_nothing_to_do_says_so(capsys: pytest.CaptureFixture[str]) -> None:
+    call_command("reapjobs", "--json")
+    assert json.loads(capsys.readouterr().out) == {"recovered": [], "recovered_by_status": {}, "pruned": {}}
+
+
+def test_a_reaper_loop_tells_what_each_pass_did() -> None:
+    job = JobFactory(running_stale=True)
+    passes: list[reaper.ReapResult] = []
+    loop = reaper.ReaperLoop(threading.Event(), on_pass=passes.append)
+    loop.run_now()
+    loop.run_now()
+    assert [[r.id for r in p.jobs] for p in passes] == [[job.id], []]
 
 
 def test_cancel_pending_job_at_once() -> None:

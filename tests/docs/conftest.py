@@ -8,7 +8,7 @@ import pytest
 
 #: The docs speak of the reader's project, where the example app is the top-level ``shop``;
 #: in the test project it is ``testproject.shop``. The same modules answer to both names.
-EXAMPLE_APP = ("shop", "testproject.shop", ("models", "payments", "jobs"))
+EXAMPLE_APP = ("shop", "testproject.shop", ("models", "payments", "jobs", "views", "urls"))
 
 
 @pytest.fixture

@@ -9,6 +9,7 @@ from __future__ import annotations
 import builtins
 import dis
 import types
+import unittest
 from typing import Any
 
 import pytest
@@ -17,6 +18,7 @@ from django.core.checks import run_checks
 from django.test import override_settings
 
 from django_jobs.registry import registry
+from django_jobs.signals import job_enqueued, job_finished, job_started
 from tests.docs.snippets import PYTHON, ROOT, SHELL, Block, all_blocks, python_blocks
 
 BLOCKS = python_blocks()
@@ -61,12 +63,37 @@ def test_snippet_runs_as_written(block: Block) -> None:
         exec(block.compiled(), namespace)
         assert_every_name_resolves(block, namespace)
         for name, value in list(namespace.items()):
-            # A snippet that shows a test is run as one.
+            # A snippet that shows a test is run as one: a test function, or a TestCase.
             if name.startswith("test_") and isinstance(value, types.FunctionType):
                 value()
+            elif _test_case_of(value, namespace):
+                run_test_case(block, value)
     finally:
         for name in set(registry.names()) - registered:
             registry.unregister(name)
+        # Receivers a snippet connected listen to its own jobs only.
+        for signal in (job_enqueued, job_started, job_finished):
+            for value in namespace.values():
+                if isinstance(value, types.FunctionType):
+                    signal.disconnect(value)
+
+
+def _test_case_of(value: object, namespace: dict[str, Any]) -> bool:
+    """A TestCase the snippet defines (not one it imports)."""
+    return (
+        isinstance(value, type)
+        and issubclass(value, unittest.TestCase)
+        and value.__module__ == namespace["__name__"]
+    )
+
+
+def run_test_case(block: Block, case: type[unittest.TestCase]) -> None:
+    result = unittest.TestResult()
+    suite = unittest.defaultTestLoader.loadTestsFromTestCase(case)
+    suite.run(result)
+    problems = [f"{test}:\n{trace}" for test, trace in [*result.errors, *result.failures]]
+    assert not problems, f"{block}: {case.__name__} failed:\n" + "\n".join(problems)
+    assert result.testsRun, f"{block}: {case.__name__} has no test"
 
 
 @pytest.mark.parametrize("block", SETTINGS, ids=str)

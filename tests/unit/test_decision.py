@@ -35,7 +35,16 @@ situations = st.builds(
     error_code=st.one_of(st.none(), st.sampled_from(sorted(AMBIGUOUS_CODES)), st.text(max_size=20)),
     retry_after=st.one_of(st.none(), st.floats(allow_nan=True, allow_infinity=True)),
     previous_error_code=st.sampled_from([None, "UNKNOWN", "LEASE_LOST", "DATABASE_UNAVAILABLE"]),
+    on_lost_in_call=st.sampled_from([None, "reconcile", "needs_review"]),
+    marked_call=st.sampled_from([None, False, True]),
 )
+
+
+def policy_when_ambiguous(s: Situation) -> str:
+    """The type's on_lost; for a type that marks its calls, the marks' (no mark: retry)."""
+    if s.on_lost_in_call is None:
+        return s.on_lost
+    return "retry" if s.marked_call is False else s.on_lost_in_call
 
 
 @given(situation=situations, rng=st.floats(min_value=0, max_value=1, exclude_max=True))
@@ -68,14 +77,19 @@ def test_every_decision_is_an_arrow_of_the_state_machine_and_keeps_every_rule(
         # Uncounted, unless it was cut off the time before too (it may be the culprit).
         assert d.counted == cut_off_again and (d.delay == 0 or cut_off_again)
     # 4. Unsafe types are parked when the execution may have done its effect, never retried
-    #    blindly, and nothing else is parked.
+    #    blindly, and nothing else is parked; for types that mark their external calls, an
+    #    execution that marked none is never parked, and one that marked one is never retried
+    #    blindly, whatever the type's on_lost.
     ambiguous = s.happened in (Happened.LOST, Happened.INTERRUPTED, Happened.OUTAGE) or (
         s.error_code in AMBIGUOUS_CODES
     )
-    if not s.cancel_requested and ambiguous and s.on_lost == "needs_review":
+    policy = policy_when_ambiguous(s)
+    if not s.cancel_requested and ambiguous and policy == "needs_review":
         assert d.status == JobStatus.NEEDS_REVIEW
     if d.status == JobStatus.NEEDS_REVIEW:
-        assert ambiguous and s.on_lost == "needs_review"
+        assert ambiguous and policy == "needs_review"
+    if s.on_lost_in_call is not None and s.marked_call is False:
+        assert d.status != JobStatus.NEEDS_REVIEW
     # 5. Retries are bounded by max_attempts; failure needs the attempts to be used up.
     if d.status == JobStatus.PENDING and d.counted:
         assert s.attempt < s.max_attempts
@@ -156,6 +170,58 @@ def test_every_decision_is_an_arrow_of_the_state_machine_and_keeps_every_rule(
 def test_decision_table(situation: Situation, status: str, event: str | None, counted: bool) -> None:
     d = decide(situation, lambda: BACKOFF, rng=lambda: 0.5)
     assert (d.status, d.event, d.counted) == (status, event, counted)
+
+
+UNMARKED = {"on_lost_in_call": "needs_review", "marked_call": False}
+MARKED = {"on_lost_in_call": "needs_review", "marked_call": True}
+MARKED_RECONCILED = {"on_lost_in_call": "reconcile", "marked_call": True}
+
+
+@pytest.mark.parametrize(
+    ("situation", "status", "event"),
+    [
+        # Lost before any mark: a plain retry, even for an on_lost="needs_review" type.
+        (Situation(Happened.LOST, 1, 5, "needs_review", **UNMARKED), JobStatus.PENDING, EventKind.RECOVERED),
+        (Situation(Happened.LOST, 5, 5, "needs_review", **UNMARKED), JobStatus.FAILED, EventKind.RECOVERED),
+        # Lost after a mark: parked, whatever on_lost says; or retried, to be reconciled first.
+        (Situation(Happened.LOST, 1, 5, "retry", **MARKED), JobStatus.NEEDS_REVIEW, EventKind.NEEDS_REVIEW),
+        (
+            Situation(Happened.LOST, 1, 5, "reconcile", **MARKED_RECONCILED),
+            JobStatus.PENDING,
+            EventKind.RECOVERED,
+        ),
+        # Nobody could tell whether it marked one (a killed child process): as if it had.
+        (
+            Situation(Happened.INTERRUPTED, 1, 5, "retry", on_lost_in_call="needs_review"),
+            JobStatus.NEEDS_REVIEW,
+            EventKind.NEEDS_REVIEW,
+        ),
+        # Ambiguous errors and outages: the same rule.
+        (
+            Situation(Happened.RETRYABLE, 1, 5, "needs_review", error_code="NETWORK_TIMEOUT", **UNMARKED),
+            JobStatus.PENDING,
+            EventKind.RETRY_SCHEDULED,
+        ),
+        (
+            Situation(Happened.RETRYABLE, 1, 5, "retry", error_code="TIMEOUT", **MARKED),
+            JobStatus.NEEDS_REVIEW,
+            EventKind.NEEDS_REVIEW,
+        ),
+        (Situation(Happened.OUTAGE, 1, 5, "needs_review", **UNMARKED), JobStatus.PENDING, EventKind.RELEASED),
+        (Situation(Happened.OUTAGE, 1, 5, "retry", **MARKED), JobStatus.NEEDS_REVIEW, EventKind.NEEDS_REVIEW),
+        # A plain error after a mark is retried as before: a mark matters when the end is ambiguous.
+        (
+            Situation(Happened.RETRYABLE, 1, 5, "retry", error_code="PROVIDER_5XX", **MARKED),
+            JobStatus.PENDING,
+            EventKind.RETRY_SCHEDULED,
+        ),
+    ],
+)
+def test_decision_table_with_marks(situation: Situation, status: str, event: str | None) -> None:
+    d = decide(situation, lambda: BACKOFF, rng=lambda: 0.5)
+    assert (d.status, d.event) == (status, event)
+    if status == JobStatus.NEEDS_REVIEW:
+        assert d.reason == "it marked an external call: it may have reached the provider"
 
 
 @pytest.mark.parametrize(

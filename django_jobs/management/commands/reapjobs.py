@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import signal
 import threading
 from typing import Any
@@ -20,20 +21,37 @@ class Command(BaseCommand):
             "--interval", type=non_negative_float, default=None, metavar="SECONDS",
             help="Seconds between passes with --loop. Default: DJANGO_JOBS['REAPER_INTERVAL'].",
         )  # fmt: skip
+        parser.add_argument(
+            "--json", action="store_true",
+            help="Report what each pass did as JSON, job by job: id, type, lost execution, new "
+            "status and why (one line per pass that did something, with --loop).",
+        )  # fmt: skip
 
     def handle(self, *args: Any, **options: Any) -> None:
+        as_json = options["json"]
         if not options["loop"]:
             result = reaper.run_once()
-            self.stdout.write(f"recovered {_counts(result.recovered)}; pruned {_counts(result.pruned)}")
+            if as_json:
+                self.stdout.write(json.dumps(result.as_dict(), indent=2))
+            else:
+                self.stdout.write(f"recovered {_counts(result.recovered)}; pruned {_counts(result.pruned)}")
             return
         stop = threading.Event()
         for signum in (signal.SIGTERM, signal.SIGINT):
             signal.signal(signum, lambda *_: stop.set())
-        loop = reaper.ReaperLoop(stop, interval=options["interval"])
+        on_pass = self._print_pass if as_json else None
+        loop = reaper.ReaperLoop(stop, interval=options["interval"], on_pass=on_pass)
         loop.start()
         while loop.is_alive():
             loop.join(timeout=0.5)
-        self.stdout.write(f"reaper stopped after {loop.passes} passes")
+        if not as_json:
+            self.stdout.write(f"reaper stopped after {loop.passes} passes")
+
+    def _print_pass(self, result: reaper.ReapResult) -> None:
+        # JSON lines: an audit log of recoveries that a log shipper reads one pass at a time.
+        if result.jobs or result.pruned:
+            self.stdout.write(json.dumps(result.as_dict()))
+            self.stdout.flush()
 
 
 def _counts(counts: dict[str, int]) -> str:

@@ -1,0 +1,98 @@
+"""The claim's rule as a read: which pending jobs a process could claim now, in the claim's order.
+
+``Job.objects.claimable()`` filters with the claim's own WHERE clause: the text of the claim's
+filter (``_CLAIM_FILTER`` and the version, key and rate filters it is completed with, composed
+as :class:`~django_jobs.transitions.ClaimStatement` composes them) and the same per-type arrays
+built from the registry. So the console, users' tests and a diagnosis read the rule workers
+claim by, and a change to the claim's filter changes this read with it (a test holds the two
+texts together, and another compares what each finds on a mixed table).
+
+The read sees what the claim's candidate scan sees. The claim then decides two things under
+locks, which no read can: the running count of a concurrency key after its row is locked, and
+the starts left in a rate window.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from django_jobs.limits import RateLimit
+from django_jobs.registry import registry
+from django_jobs.transitions.execution import (
+    _CLAIM_FILTER,
+    _KEY_ROOM_FILTER,
+    _OLDEST_FILTER,
+    _RATE_ROOM_FILTER,
+)
+
+#: The claim's order (``ORDER BY priority DESC, available_at, id``): best priority first, then
+#: the longest due. A worker serving several named queues takes them in turns, each in this order.
+CLAIM_ORDER = ("-priority", "available_at", "id")
+
+_NAMED_PARAMETER = re.compile(r"%\((\w+)\)s")
+
+
+@dataclass(frozen=True)
+class ClaimInputs:
+    """What a claim needs to know of the job types a process runs: the newest payload version
+    each can read, the oldest its upcasters reach, its lease, and its rate limit if any."""
+
+    versions: dict[str, int]
+    leases: dict[str, float] = field(default_factory=dict)
+    oldest: dict[str, int] = field(default_factory=dict)
+    rate_limits: dict[str, RateLimit] = field(default_factory=dict)
+
+
+def claim_inputs(types: Iterable[str] | None = None) -> ClaimInputs:
+    """The claim inputs of the registered job types (of those among ``types``, when given).
+
+    A name this process has no handler for is left out: nothing here could run its jobs.
+    """
+    wanted = None if types is None else set(types)
+    known = [t for t in registry.all() if wanted is None or t.name in wanted]
+    return ClaimInputs(
+        versions={t.name: t.version for t in known},
+        leases={t.name: t.lease for t in known},
+        oldest={t.name: t.oldest_readable_version for t in known},
+        rate_limits={t.name: t.rate_limit for t in known if t.rate_limit},
+    )
+
+
+def claim_filter(inputs: ClaimInputs) -> tuple[str, dict[str, Any]]:
+    """The claim's WHERE clause for these inputs, with its named parameters.
+
+    Composed exactly as ``ClaimStatement`` composes it, so that its text is found verbatim in
+    the claim statement built from the same inputs.
+    """
+    names = sorted(inputs.versions)
+    gaps = any(inputs.oldest.get(name, 1) > 1 for name in names)
+    rates = {name: limit for name, limit in inputs.rate_limits.items() if name in inputs.versions}
+    filters = (_OLDEST_FILTER if gaps else "") + _KEY_ROOM_FILTER + (_RATE_ROOM_FILTER if rates else "")
+    params: dict[str, Any] = {
+        "types": names,
+        "versions": [inputs.versions[name] for name in names],
+        "oldest": [inputs.oldest.get(name, 1) for name in names],
+    }
+    if rates:
+        rated = sorted(rates)
+        params.update(
+            rate_types=rated,
+            rate_counts=[rates[name].count for name in rated],
+            rate_seconds=[rates[name].seconds for name in rated],
+        )
+    return _CLAIM_FILTER.replace("{oldest_filter}", filters), params
+
+
+def positional(sql: str, params: dict[str, Any]) -> tuple[str, list[Any]]:
+    """``sql`` with its ``%(name)s`` parameters turned into ``%s`` and their values in order,
+    as Django's ``RawSQL`` takes them."""
+    values: list[Any] = []
+
+    def take(match: re.Match[str]) -> str:
+        values.append(params[match[1]])
+        return "%s"
+
+    return _NAMED_PARAMETER.sub(take, sql), values
