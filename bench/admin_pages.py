@@ -99,7 +99,7 @@ def prepare(rows: int) -> None:
             if cursor.fetchone():
                 return
         started = time.perf_counter()
-        cursor.execute("TRUNCATE django_jobs_job, django_jobs_jobevent")
+        cursor.execute("TRUNCATE django_jobs_job, django_jobs_jobevent CASCADE")
         cursor.execute(FILL, {"rows": rows})
         cursor.execute(EVENTS)
         cursor.execute(CHATTY)

@@ -69,7 +69,7 @@ def run(name: str, big: int, claims: int) -> list[float]:
     from django_jobs.worker import Worker
 
     with connection.cursor() as cursor:
-        cursor.execute("TRUNCATE django_jobs_job, django_jobs_jobevent RESTART IDENTITY")
+        cursor.execute("TRUNCATE django_jobs_job, django_jobs_jobevent RESTART IDENTITY CASCADE")
         backlog = SCENARIOS[name]
         if backlog is not None:
             cursor.execute(_FILL, {**backlog, "n": big - CLAIMABLE})

@@ -71,7 +71,7 @@ def sql(statement: str) -> None:
 
 
 def truncate() -> None:
-    sql("TRUNCATE django_jobs_job, django_jobs_jobevent RESTART IDENTITY")
+    sql("TRUNCATE django_jobs_job, django_jobs_jobevent RESTART IDENTITY CASCADE")
 
 
 def enqueue_single(n: int) -> float:

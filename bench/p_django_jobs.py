@@ -144,7 +144,7 @@ class Peer(BasePeer):
         )
 
     def reset(self) -> None:
-        self.sql(f"TRUNCATE {TABLES} RESTART IDENTITY")
+        self.sql(f"TRUNCATE {TABLES} RESTART IDENTITY CASCADE")
 
     def teardown(self) -> None:
         if self._client is not None:
