@@ -247,4 +247,3 @@ def _type_name(type_or_handler: Any) -> str:
     if not isinstance(name, str):
         raise TypeError(f"{type_or_handler!r} is not a job type name, a @job handler nor a task")
     return name
-

@@ -234,7 +234,7 @@ def job(
         isinstance(call, str) and CALL_NAME_RE.match(call) for call in external_calls
     ):
         raise ValueError(
-            'external_calls must be a tuple of call names (1-100 letters, digits and _ . : -), '
+            "external_calls must be a tuple of call names (1-100 letters, digits and _ . : -), "
             'e.g. external_calls=("charge",)'
         )
 

@@ -183,6 +183,7 @@ def _handler_savepoint(alias: str) -> Iterator[None]:
         else:
             connection.savepoint_commit(savepoint)
 
+
 __all__ = [
     "EnqueuedJob",
     "EnqueuedJobs",

@@ -245,7 +245,10 @@ class Worker:
         self.pool = pool
         self._pool: ExecutorPool = (
             ProcessPool(
-                concurrency, self._record, max_jobs=max_jobs_per_child, max_memory_mb=max_child_memory_mb,
+                concurrency,
+                self._record,
+                max_jobs=max_jobs_per_child,
+                max_memory_mb=max_child_memory_mb,
                 on_start=self._started,
             )
             if pool == "process"

@@ -184,3 +184,30 @@ def test_a_queue_name_with_a_trailing_newline_is_refused(queue: str) -> None:
     with pytest.raises(InvalidOption, match="queue"):
         enqueue("test.noop", {}, queue=queue)
     assert not Job.objects.exists()
+
+
+@pytest.mark.parametrize("listened", [False, True], ids=["fast path", "post_init listened"])
+def test_the_returned_jobs_are_the_rows_as_stored(listened: bool) -> None:
+    """enqueue_many builds its instances without Model.__init__ unless someone listens to
+    its signals; either way they equal what the database holds, field by field."""
+    from django.db.models.signals import post_init
+
+    seen: list[Job] = []
+
+    def receiver(sender: type[Job], instance: Job, **kwargs: Any) -> None:
+        seen.append(instance)
+
+    if listened:
+        post_init.connect(receiver, sender=Job)
+    try:
+        jobs = enqueue_many(noop, [{"n": n} for n in range(3)], delay=30, unique_key=lambda p: f"k{p['n']}")
+        jobs += enqueue_many(noop, [{"n": 9}])
+    finally:
+        post_init.disconnect(receiver, sender=Job)
+    assert len(seen) == (4 if listened else 0)
+    for job in jobs:
+        stored = Job.objects.get(pk=job.pk)
+        assert not job._state.adding and job._state.db == stored._state.db
+        for field in Job._meta.concrete_fields:
+            assert getattr(job, field.attname) == getattr(stored, field.attname), field.name
+    assert jobs[0].available_at == jobs[2].available_at > jobs[3].available_at
