@@ -74,6 +74,7 @@ def claim_filter(inputs: ClaimInputs) -> tuple[str, dict[str, Any]]:
     params: dict[str, Any] = {
         "types": names,
         "versions": [inputs.versions[name] for name in names],
+        "newest": max(inputs.versions.values(), default=0),
         "oldest": [inputs.oldest.get(name, 1) for name in names],
     }
     if rates:

@@ -80,8 +80,12 @@ _CLAIM_COLUMNS = (
 # claim index is scanned; the queue's name is NOT NULL, so NOT IN has no NULL trap.
 _PAUSED_QUEUES = "SELECT p.name FROM django_jobs_queue_state p WHERE p.paused_at IS NOT NULL"
 _NOT_PAUSED = f" AND queue NOT IN ({_PAUSED_QUEUES})"
+# `version <= %(newest)s` (the newest version of any type this worker knows) comes before the
+# per-type bound: it is a condition on a key of the claim indexes, so jobs of a payload version
+# newer than any this worker reads (a rolling deploy's backlog) are passed over in the index,
+# without reading their rows; the per-type test after it reads only the rows that pass.
 _CLAIM_FILTER = (
-    "status = 'pending' AND available_at <= now() AND type = ANY(%(types)s)"
+    "status = 'pending' AND available_at <= now() AND version <= %(newest)s AND type = ANY(%(types)s)"
     " AND version <= (%(versions)s::int[])[array_position(%(types)s::text[], type::text)]{oldest_filter}"
 ) + _NOT_PAUSED
 # Only when some type cannot read its oldest versions: an extra range test on version makes the
@@ -236,6 +240,7 @@ class ClaimStatement:
             "types": names,
             "queues": list(queues or []),
             "versions": [versions[name] for name in names],
+            "newest": max(versions.values()),
             "oldest": [oldest.get(name, 1) for name in names],
             "leases": [float(leases.get(name, jobs_settings.LEASE_TIMEOUT)) for name in names],
         }
