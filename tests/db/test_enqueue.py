@@ -69,6 +69,18 @@ def test_a_rolled_back_transaction_leaves_no_job() -> None:
 
 
 @pytest.mark.django_db(transaction=True)
+def test_enqueue_in_a_transaction_is_one_statement() -> None:
+    """In a view's transaction.atomic(), enqueue() adds one round trip: its INSERT."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    with transaction.atomic(), CaptureQueriesContext(connection) as queries:
+        enqueue("test.noop", {"n": 1})
+    assert len(queries) == 1 and "INSERT INTO django_jobs_job" in queries[0]["sql"]
+    assert Job.objects.count() == 1
+
+
+@pytest.mark.django_db(transaction=True)
 def test_a_committed_transaction_keeps_its_jobs() -> None:
     with transaction.atomic():
         enqueue("test.noop", {"n": 1})
