@@ -64,11 +64,12 @@ def listened(signal: Signal) -> bool:
     return signal.has_listeners(Job)
 
 
-def send(signal: Signal, sender: type, **kwargs: Any) -> None:
+def send(signal: Signal, sender: type, *, about: str | None = None, **kwargs: Any) -> None:
     """Send ``signal`` to every receiver; one that raises is logged, never propagated.
 
     ``Signal.send_robust`` would log a receiver's traceback as it is, secrets and all: the loop
-    is ours so that what reaches the log is sanitized like a stored error.
+    is ours so that what reaches the log is sanitized like a stored error. ``about`` says in the
+    log what the signal was about (default: the job's id).
     """
     sync_receivers, async_receivers = signal._live_receivers(sender)
     receivers = [*sync_receivers, *(async_to_sync(r) for r in async_receivers)]
@@ -76,10 +77,11 @@ def send(signal: Signal, sender: type, **kwargs: Any) -> None:
         try:
             receiver(signal=signal, sender=sender, **kwargs)
         except BaseException as exc:  # SystemExit or KeyboardInterrupt in a receiver stops nothing either
+            if about is None:
+                about = f"id={kwargs.get('job_id', getattr(kwargs.get('job'), 'id', None))}"
             logger.error(
-                "a %s receiver raised id=%s receiver=%s: %s; nothing was changed",
-                _NAMES.get(id(signal), "signal"),
-                kwargs.get("job_id", getattr(kwargs.get("job"), "id", None)),
+                "a %s receiver raised %s receiver=%s: %s; nothing was changed",
+                _NAMES.get(id(signal), "signal"), about,
                 getattr(receiver, "__qualname__", receiver), storable_text(describe(exc), 2000),
             )  # fmt: skip
 

@@ -20,12 +20,10 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from asgiref.sync import async_to_sync
-from django.dispatch import Signal
 from django.utils import timezone
 from django.utils.module_loading import import_string
 
-from django_jobs import taskapi
+from django_jobs import signals, taskapi
 from django_jobs.backoff import Backoff
 from django_jobs.conf import jobs_settings
 from django_jobs.context import JobContext, LeaseLost
@@ -35,7 +33,6 @@ from django_jobs.executor import call, describe, exception_path
 from django_jobs.models import Job, JobEvent
 from django_jobs.registry import NAME_RE, JobType, registry
 from django_jobs.results import encode_result
-from django_jobs.sanitize import storable_text
 from django_jobs.states import EventKind, JobStatus
 from django_jobs.taskresults import STATUS, task_result
 
@@ -149,21 +146,6 @@ def read_result(family: taskapi.Family, task: Any, job_id: int, alias: str, atte
 
 def send(name: str, sender: type, result: Any) -> None:
     """Send signal ``name`` of every family; a receiver that raises is logged, never propagated."""
+    about = f"id={result.id} task={result.task.module_path}"
     for family in taskapi.FAMILIES:
-        _send_robust(getattr(family, name), sender, result)
-
-
-def _send_robust(signal: Signal, sender: type, result: Any) -> None:
-    # Signal.send_robust would log a receiver's traceback as it is, secrets and all: the loop
-    # is ours so that what reaches the log is sanitised like any stored error.
-    sync_receivers, async_receivers = signal._live_receivers(sender)
-    receivers = [*sync_receivers, *(async_to_sync(r) for r in async_receivers)]
-    for receiver in receivers:
-        try:
-            receiver(signal=signal, sender=sender, task_result=result)
-        except Exception as exc:
-            logger.error(
-                "a signal receiver raised id=%s task=%s receiver=%s: %s; the outcome is unchanged",
-                result.id, result.task.module_path, getattr(receiver, "__qualname__", receiver),
-                storable_text(describe(exc), 2000),
-            )  # fmt: skip
+        signals.send(getattr(family, name), sender, about=about, task_result=result)
