@@ -13,7 +13,8 @@ Every key, its default and its meaning. Durations are seconds; floats are allowe
     ``NOTIFY = False``, else only while its listening connection is down.
 ``BATCH_SIZE`` (100)
     Most jobs one claim statement takes. A worker claims beyond its free execution slots only
-    while jobs are short (see ``PREFETCH_SECONDS``), so long jobs are never hoarded.
+    while jobs are short (see ``PREFETCH_SECONDS``), so long jobs are never hoarded; with short
+    jobs it holds up to two batches, claiming the next while it runs one.
 ``PREFETCH_SECONDS`` (0.05)
     How much work, in observed run time, a worker may hold claimed but not yet started.
 ``OUTCOME_FLUSH_INTERVAL`` (0.01)
