@@ -90,6 +90,8 @@ class ReapResult:
     pruned: dict[str, int] = field(default_factory=dict)  # status → count
     #: Each job recovered, in the order of the recoveries.
     jobs: list[Recovered] = field(default_factory=list)
+    #: Retention spent its time budget with more jobs due: the next pass should come at once.
+    retention_behind: bool = False
 
     @property
     def total_recovered(self) -> int:
@@ -229,6 +231,12 @@ def prune(limit_per_status: int | None = None, budget: float | None = None) -> d
     The budget is time, not a count: workers finishing thousands of jobs a second finish
     millions between two passes, and a fixed count per pass would let the table grow for ever.
     """
+    return _prune(limit_per_status, budget)[0]
+
+
+def _prune(limit_per_status: int | None, budget: float | None) -> tuple[dict[str, int], bool]:
+    """:func:`prune`, and whether the budget ran out while more jobs were due."""
+    behind = False
     counts: dict[str, int] = {}
     ends = time.monotonic() + (jobs_settings.REAPER_INTERVAL / 2 if budget is None else budget)
     for status, keep in jobs_settings.RETENTION.items():
@@ -239,12 +247,17 @@ def prune(limit_per_status: int | None = None, budget: float | None = None) -> d
             batch = BATCH if limit_per_status is None else min(BATCH, limit_per_status - total)
             deleted = transitions.prune(status, keep, batch)
             total += deleted
-            if deleted < batch or time.monotonic() >= ends:
+            if deleted < batch:
+                break
+            if time.monotonic() >= ends:
+                behind = limit_per_status is None
                 break
         if total:
             counts[status] = total
-            logger.info("pruned %s %s job(s) older than %ss", total, status, keep)
-    return counts
+            logger.info(
+                "pruned %s %s job(s) older than %ss%s", total, status, keep, "; more are due" if behind else ""
+            )
+    return counts, behind
 
 
 def forget_silent_workers() -> int:
@@ -270,7 +283,8 @@ def run_once() -> ReapResult:
     counts: dict[str, int] = {}
     for job in jobs:
         counts[job.status] = counts.get(job.status, 0) + 1
-    result = ReapResult(recovered=counts, pruned=prune(), jobs=jobs)
+    pruned, behind = _prune(None, None)
+    result = ReapResult(recovered=counts, pruned=pruned, jobs=jobs, retention_behind=behind)
     forget_silent_workers()
     tidy_limits()
     return result
@@ -292,12 +306,16 @@ class ReaperLoop(threading.Thread):
         #: Told what each pass did (``reapjobs --loop --json`` prints it).
         self._on_pass = on_pass
         self.passes = 0
+        self._behind = False
 
     def run(self) -> None:
         try:
             while True:
                 interval = self._interval or jobs_settings.REAPER_INTERVAL
-                if self._stop_event.wait(interval * random.uniform(0.8, 1.2)):
+                # Retention that fell behind goes on at once: the table must not grow for
+                # ever when jobs finish faster than one pass per interval prunes them.
+                wait = 0.0 if self._behind else interval * random.uniform(0.8, 1.2)
+                if self._stop_event.wait(wait):
                     return
                 self.run_now()
         finally:
@@ -305,8 +323,10 @@ class ReaperLoop(threading.Thread):
 
     def run_now(self) -> None:
         """One pass, on the calling thread; a failure is logged, never raised."""
+        self._behind = False  # a failed pass waits a whole interval before the next
         try:
             result = run_once()
+            self._behind = result.retention_behind
             self.passes += 1
             if self._on_pass is not None:
                 self._on_pass(result)

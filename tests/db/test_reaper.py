@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import threading
+import time
 import uuid
 from collections.abc import Callable
 from typing import Any
@@ -125,6 +126,41 @@ def test_retention_prunes_old_finished_jobs_with_their_events() -> None:
     remaining = set(Job.objects.values_list("id", flat=True))
     assert remaining == {old_failed.id, recent.id, pending.id}  # failed jobs are kept forever
     assert not JobEvent.objects.exists()
+
+
+def test_retention_that_runs_out_of_time_says_so_and_the_loop_goes_on_at_once() -> None:
+    """A pass prunes until caught up or out of its time budget; out of time with jobs still
+    due, the reaper loop does not wait an interval: the table must not outgrow retention."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "INSERT INTO django_jobs_job (queue, type, version, payload, status, priority, attempts,"
+            " max_attempts, finished_at, completed_at) SELECT 'default', 'test.noop', 1, '{}',"
+            " 'completed', 0, 1, 5, now() - interval '30 days', now() - interval '30 days'"
+            " FROM generate_series(1, %s)",
+            [reaper.BATCH * 2 + 7],
+        )
+    with override_settings(DJANGO_JOBS={"RETENTION": {"completed": 86400}, "REAPER_INTERVAL": 600}):
+        assert reaper._prune(None, budget=0.0) == ({"completed": reaper.BATCH}, True)
+        result = reaper.run_once()  # half of 600 s is plenty for the rest
+        assert result.pruned == {"completed": reaper.BATCH + 7} and not result.retention_behind
+        assert not Job.objects.exists()
+
+        stop = threading.Event()
+        loop = reaper.ReaperLoop(stop, interval=600)
+        loop._behind = True  # as after a pass that ran out of time
+        JobFactory(completed=True, finished_at=timezone.now() - dt.timedelta(days=30))
+        loop.start()
+        try:
+            deadline = time.monotonic() + 10
+            while loop.passes < 1 and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert loop.passes == 1, "the loop waited an interval although retention was behind"
+            assert not Job.objects.exists() and not loop._behind  # caught up: back to the interval
+        finally:
+            stop.set()
+            loop.join(5)
 
 
 def test_reapjobs_command_reports_what_it_did(capsys: pytest.CaptureFixture[str]) -> None:
