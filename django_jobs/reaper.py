@@ -254,9 +254,8 @@ def _prune(limit_per_status: int | None, budget: float | None) -> tuple[dict[str
                 break
         if total:
             counts[status] = total
-            logger.info(
-                "pruned %s %s job(s) older than %ss%s", total, status, keep, "; more are due" if behind else ""
-            )
+            more = "; more are due" if behind else ""
+            logger.info("pruned %s %s job(s) older than %ss%s", total, status, keep, more)
     return counts, behind
 
 
