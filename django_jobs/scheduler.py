@@ -71,9 +71,9 @@ def fire(
             priority=schedule.priority,
             unique_key=unique_key(schedule) if schedule.on_running == "skip" else None,
         )
-        # A job created by this transaction carries its now(); an older one is the previous
-        # tick's job, still pending or running: this tick is skipped.
-        outcome = "enqueued" if job.created_at == claimed.now else "skipped"
+        # A job created before this tick was checked is the previous tick's job (or another
+        # with the schedule's unique key), still pending or running: this tick is skipped.
+        outcome = "enqueued" if job.created_at >= claimed.checked_at else "skipped"
         transitions.record_tick_job(claimed.id, job.id, outcome)
     logger.info(
         "schedule tick %s schedule=%s tick=%s job=%s coalesced=%s",

@@ -33,7 +33,7 @@ tick AS (
     ON CONFLICT (schedule, tick_at) DO NOTHING
     RETURNING id, outcome
 )
-SELECT clock.now, tick.id, tick.outcome FROM clock LEFT JOIN tick ON true
+SELECT clock.now, tick.id, tick.outcome, statement_timestamp() FROM clock LEFT JOIN tick ON true
 """
 # Where each schedule resumes: its latest tick (served by the unique index's leading columns).
 _LAST_TICKS = """
@@ -60,6 +60,8 @@ class ClaimedTick:
     id: int | None
     #: "enqueued" (to be enqueued now) or "missed", for an inserted row.
     outcome: str | None
+    #: When this statement ran: a job created after it was created by this tick.
+    checked_at: dt.datetime
 
 
 def claim_tick(
@@ -76,8 +78,8 @@ def claim_tick(
     }
     with connections[jobs_settings.DATABASE].cursor() as cursor:
         cursor.execute(_CLAIM_TICK, params)
-        now, tick_id, outcome = cursor.fetchone()
-    return ClaimedTick(now=now, id=tick_id, outcome=outcome)
+        now, tick_id, outcome, checked_at = cursor.fetchone()
+    return ClaimedTick(now=now, id=tick_id, outcome=outcome, checked_at=checked_at)
 
 
 def record_tick_job(tick_id: int, job_id: int, outcome: str) -> None:
