@@ -4,6 +4,7 @@ fleet killed for several ticks (coalesced, or recorded as missed past the grace)
 from __future__ import annotations
 
 import datetime as dt
+import itertools
 import signal
 from collections.abc import Iterator
 
@@ -42,7 +43,7 @@ def start(fleet: list[WorkerProcess], env: dict[str, str], count: int) -> list[W
 
 
 def assert_contiguous(rows: list[ScheduleTick], every: float) -> None:
-    gaps = {(b.tick_at - a.tick_at).total_seconds() for a, b in zip(rows, rows[1:], strict=False)}
+    gaps = {(b.tick_at - a.tick_at).total_seconds() for a, b in itertools.pairwise(rows)}
     assert gaps <= {every}, f"ticks not one period apart: {sorted(gaps)}"
 
 

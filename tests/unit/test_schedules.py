@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import itertools
 import zoneinfo
 
 import pytest
@@ -60,7 +61,7 @@ def test_repeating_tick_fires_on_both_passes_through_the_overlap() -> None:
         "2026-10-25T03:00:00+01:00",
     ]
     # In UTC the ticks are evenly spaced: no half hour is doubled or lost.
-    assert {(b - a) for a, b in zip(ticks, ticks[1:], strict=False)} == {dt.timedelta(minutes=30)}
+    assert {(b - a) for a, b in itertools.pairwise(ticks)} == {dt.timedelta(minutes=30)}
 
 
 def test_interval_ticks_are_multiples_of_the_interval_since_the_epoch() -> None:
