@@ -40,7 +40,7 @@ class Fired:
     """What one due check did."""
 
     now: dt.datetime
-    #: "enqueued", "skipped" or "missed" when this worker fired the tick; "taken" when another
+    #: "enqueued", "skipped", "missed" or "disabled" when this worker fired the tick; "taken" when another
     #: worker had; "early" when the tick is not due by the database's clock.
     outcome: str
     job_id: int | None = None
@@ -64,6 +64,8 @@ def fire(
         if claimed.outcome == "missed":
             logger.warning("schedule tick missed schedule=%s tick=%s", schedule.name, tick_at.isoformat())
             return Fired(claimed.now, "missed")
+        if claimed.outcome == "disabled":
+            return Fired(claimed.now, "disabled")
         job = enqueue(
             schedule.type,
             dict(schedule.payload),
@@ -160,3 +162,14 @@ class SchedulerLoop(threading.Thread):
         soonest = min(schedule.next_after(self._after[schedule.name]) for schedule in self.schedules)
         # A little after the tick, so that the database's clock has passed it too.
         return max((soonest - now).total_seconds(), 0.0) + 0.005
+
+
+def run_now(schedule: Schedule, *, actor: str, reason: str) -> int:
+    """Enqueue the schedule's job at once, out of turn, and record who and why; returns the
+    job's id. The next tick is not disturbed: this job has no tick and no unique key, so it
+    neither takes a tick's place nor makes the next tick skip."""
+    with transaction.atomic(using=jobs_settings.DATABASE):
+        job = enqueue(schedule.type, dict(schedule.payload), queue=schedule.queue, priority=schedule.priority)
+        transitions.record_run_now(schedule.name, actor=actor, reason=reason, job_id=job.id)
+    logger.info("schedule run now schedule=%s job=%s actor=%s", schedule.name, job.id, actor)
+    return job.id

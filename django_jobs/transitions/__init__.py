@@ -47,8 +47,11 @@ from django_jobs.transitions.schedules import (
     claim_tick,
     last_ticks,
     prune_ticks,
+    record_run_now,
     record_tick_job,
 )
+from django_jobs.transitions.schedules import disable as disable_schedule
+from django_jobs.transitions.schedules import enable as enable_schedule
 from django_jobs.transitions.workers import any_active, forget_worker, report_worker
 
 __all__ = [
@@ -68,6 +71,8 @@ __all__ = [
     "claim",
     "claim_tick",
     "cut_leases",
+    "disable_schedule",
+    "enable_schedule",
     "end_call",
     "forget_idle_keys",
     "forget_worker",
@@ -80,6 +85,7 @@ __all__ = [
     "pause_queue",
     "prune",
     "prune_ticks",
+    "record_run_now",
     "record_tick_job",
     "recover_expired",
     "report_worker",

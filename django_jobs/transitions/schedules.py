@@ -19,13 +19,15 @@ from django_jobs.conf import jobs_settings
 # One statement per due check. The database decides: a tick later than now() inserts nothing
 # (the worker's clock ran ahead) and is told so by the returned now; a tick already fired by
 # another worker conflicts and inserts nothing; a tick found later than the schedule's grace is
-# recorded as missed instead of enqueued.
+# recorded as missed instead of enqueued, and one of a disabled schedule as disabled.
 _CLAIM_TICK = """
 WITH clock AS (SELECT now() AS now),
 tick AS (
     INSERT INTO django_jobs_scheduletick (schedule, tick_at, outcome, coalesced, worker_id, created_at)
     SELECT %(schedule)s, %(tick)s,
-           CASE WHEN %(grace)s::float8 IS NOT NULL
+           CASE WHEN EXISTS (SELECT 1 FROM django_jobs_schedulestate
+                             WHERE name = %(schedule)s AND disabled_at IS NOT NULL) THEN 'disabled'
+                WHEN %(grace)s::float8 IS NOT NULL
                      AND clock.now - %(tick)s > make_interval(secs => %(grace)s::float8)
                 THEN 'missed' ELSE 'enqueued' END,
            %(coalesced)s, %(worker)s, clock.now
@@ -58,7 +60,7 @@ class ClaimedTick:
     now: dt.datetime
     #: The tick's row when this call inserted it; None when it was not due yet or was fired.
     id: int | None
-    #: "enqueued" (to be enqueued now) or "missed", for an inserted row.
+    #: "enqueued" (to be enqueued now), "missed" or "disabled", for an inserted row.
     outcome: str | None
     #: When this statement ran: a job created after it was created by this tick.
     checked_at: dt.datetime
@@ -107,3 +109,65 @@ def prune_ticks(older_than: float, limit: int) -> int:
     with connections[jobs_settings.DATABASE].cursor() as cursor:
         cursor.execute(_PRUNE_TICKS, [older_than, limit])
         return int(cursor.rowcount)
+
+
+# A schedule disabled before (and enabled since) has a row already: it is disabled again in
+# place. The WHERE of the upsert refuses one that is disabled now, so two operators disabling
+# at once record one change, and the second learns it.
+_DISABLE = """
+WITH changed AS (
+    INSERT INTO django_jobs_schedulestate (name, disabled_at, disabled_by, reason)
+    VALUES (%(name)s, now(), %(actor)s, %(reason)s)
+    ON CONFLICT (name) DO UPDATE SET disabled_at = now(), disabled_by = EXCLUDED.disabled_by,
+                                     reason = EXCLUDED.reason
+    WHERE django_jobs_schedulestate.disabled_at IS NULL
+    RETURNING name
+), events AS (
+    INSERT INTO django_jobs_scheduleevent (schedule, kind, actor, reason)
+    SELECT name, 'disabled', %(actor)s, %(reason)s FROM changed
+)
+SELECT name FROM changed
+"""
+_ENABLE = """
+WITH changed AS (
+    UPDATE django_jobs_schedulestate SET disabled_at = NULL, disabled_by = NULL, reason = NULL
+    WHERE name = %(name)s AND disabled_at IS NOT NULL
+    RETURNING name
+), events AS (
+    INSERT INTO django_jobs_scheduleevent (schedule, kind, actor, reason)
+    SELECT name, 'enabled', %(actor)s, %(reason)s FROM changed
+)
+SELECT name FROM changed
+"""
+_RUN_NOW = """
+INSERT INTO django_jobs_scheduleevent (schedule, kind, actor, reason, job_id)
+VALUES (%s, 'run_now', %s, %s, %s)
+"""
+
+
+def disable(name: str, *, actor: str, reason: str) -> None:
+    """Disable a schedule: its next ticks are recorded as ``disabled`` and enqueue nothing.
+
+    Raises ``ActionRefused`` when it is disabled already."""
+    _change(_DISABLE, name, actor, reason, "is disabled already")
+
+
+def enable(name: str, *, actor: str, reason: str) -> None:
+    """Enable a disabled schedule from its next tick on. Raises ``ActionRefused`` when it is
+    not disabled."""
+    _change(_ENABLE, name, actor, reason, "is not disabled")
+
+
+def _change(statement: str, name: str, actor: str, reason: str, refusal: str) -> None:
+    from django_jobs.transitions.operator import ActionRefused
+
+    with connections[jobs_settings.DATABASE].cursor() as cursor:
+        cursor.execute(statement, {"name": name, "actor": actor, "reason": reason})
+        if cursor.fetchone() is None:
+            raise ActionRefused(f"schedule {name} {refusal}")
+
+
+def record_run_now(name: str, *, actor: str, reason: str, job_id: int) -> None:
+    """Record who ran a schedule's job out of turn, in the transaction that enqueued it."""
+    with connections[jobs_settings.DATABASE].cursor() as cursor:
+        cursor.execute(_RUN_NOW, [name, actor, reason, job_id])
