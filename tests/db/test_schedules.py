@@ -137,3 +137,15 @@ def test_schedule_checks(schedules: Any, expected: list[str]) -> None:
     assert [m.id for m in messages] == expected
     for message in messages:
         assert "SCHEDULES" in message.msg
+
+
+def test_a_paused_queues_tick_waits_and_the_next_ones_skip_until_it_ran() -> None:
+    from django_jobs import pause_queue
+
+    pause_queue("default", actor="ops", reason="maintenance")
+    tick = last_tick()
+    first = fire(EVERY_MINUTE, tick - dt.timedelta(minutes=1))
+    assert first.outcome == "enqueued"
+    assert Job.objects.get(id=first.job_id).status == "pending"  # waits in the paused queue
+    second = fire(EVERY_MINUTE, tick)
+    assert (second.outcome, second.job_id) == ("skipped", first.job_id)  # no backlog piles up
