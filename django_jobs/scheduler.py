@@ -33,6 +33,8 @@ logger = logging.getLogger("django_jobs.scheduler")
 
 #: Seconds to wait before asking again after the database was unavailable.
 OUTAGE_RETRY = 2.0
+#: The scheduler keeps its connection open across a pause no longer than this (seconds).
+HOLD_CONNECTION_FOR = 10.0
 
 
 @dataclass(frozen=True)
@@ -115,6 +117,10 @@ class SchedulerLoop(threading.Thread):
                 except Exception:
                     logger.exception("scheduler pass failed, retrying")
                     pause = OUTAGE_RETRY
+                if pause > HOLD_CONNECTION_FOR:
+                    # A long sleep holds no connection slot: a nightly schedule costs each worker
+                    # one connection a night, not one for ever.
+                    connections[jobs_settings.DATABASE].close()
                 if self._stop_event.wait(pause):
                     return
         finally:
