@@ -796,3 +796,7 @@ def _duration(delta: dt.timedelta) -> str:
     if seconds < 172800:
         return f"{seconds // 3600}h"
     return f"{seconds // 86400}d"
+
+
+# The schedule ticks page registers itself on import.
+from django_jobs import schedule_admin  # noqa: E402, F401

@@ -204,3 +204,62 @@ def check_upcasters(app_configs: Sequence[AppConfig] | None = None, **kwargs: An
                 )
             )
     return errors
+
+
+@register(Tags.compatibility)
+def check_schedules(app_configs: Sequence[AppConfig] | None = None, **kwargs: Any) -> list[CheckMessage]:
+    """``DJANGO_JOBS["SCHEDULES"]``: each entry computes (expression, interval, time zone, keys)
+    and names a job type this project registers; no two schedules share a name."""
+    from django_jobs.registry import registry
+    from django_jobs.schedules import InvalidSchedule, from_entry
+
+    user = getattr(settings, "DJANGO_JOBS", {})
+    entries = user.get("SCHEDULES", {}) if isinstance(user, dict) else {}
+    if not isinstance(entries, dict):
+        return [
+            Error(
+                "DJANGO_JOBS['SCHEDULES'] must be a dict of schedule name → entry.",
+                hint='e.g. {"nightly-report": {"type": "reports.nightly", "cron": "0 3 * * *"}}',
+                id="django_jobs.E016",
+            )
+        ]
+    errors: list[CheckMessage] = []
+    typed = {t.name for t in registry.all() if t.schedule is not None}
+    for name, entry in sorted(entries.items(), key=lambda item: str(item[0])):
+        if not isinstance(name, str) or not isinstance(entry, dict):
+            errors.append(
+                Error(
+                    f"DJANGO_JOBS['SCHEDULES'][{name!r}] must be a dict keyed by a name.",
+                    id="django_jobs.E016",
+                )
+            )
+            continue
+        try:
+            schedule = from_entry(name, entry)
+        except InvalidSchedule as exc:
+            errors.append(
+                Error(
+                    f"DJANGO_JOBS['SCHEDULES']: {exc}.",
+                    hint="A schedule needs 'type' and either 'cron' (five fields, e.g. '0 3 * * *') or "
+                    "'every' (seconds >= 1), and a 'tz' from the IANA database.",
+                    id="django_jobs.E017",
+                )
+            )
+            continue
+        if schedule.type not in registry:
+            errors.append(
+                Error(
+                    f"DJANGO_JOBS['SCHEDULES'][{name!r}] names an unknown job type {schedule.type!r}.",
+                    hint="Register it with @job in an installed app's jobs.py.",
+                    id="django_jobs.E018",
+                )
+            )
+        if name in typed:
+            errors.append(
+                Error(
+                    f"DJANGO_JOBS['SCHEDULES'] reuses the name {name!r} of a job type declared with "
+                    "@job(schedule=...): two schedules would share one tick record.",
+                    id="django_jobs.E019",
+                )
+            )
+    return errors

@@ -45,6 +45,14 @@ Every key, its default and its meaning. Durations are seconds; floats are allowe
     Regular expressions, searched case-insensitively in every key of a payload, checkpoint or
     event detail: the values of matching keys are masked in the console for people without the
     ``view_sensitive_payload`` permission. Job types add exact key names with ``sensitive=``.
+``SCHEDULES`` ({})
+    Periodic jobs declared in settings: ``{"name": {"type": "reports.nightly", "cron": "0 3 * *
+    *", "tz": "Europe/Moscow"}}``. Each entry has ``type`` and either ``cron`` or ``every``
+    (seconds), and may set ``tz`` ("UTC"), ``payload`` ({}), ``queue``, ``priority``,
+    ``misfire_grace`` (None) and ``on_running`` ("skip"). See docs/scheduling.md.
+``SCHEDULE_TICK_RETENTION`` (30 days)
+    How long the record of each schedule tick is kept; the latest tick of each schedule is
+    always kept, since it is where the schedule resumes.
 ``RETENTION`` ({"completed": 7 days, "skipped": 7 days, "cancelled": 30 days, "failed": None})
     How long finished jobs are kept, per status; ``None`` keeps them forever.
 """
@@ -89,6 +97,8 @@ DEFAULTS: dict[str, Any] = {
         r"cookie",
         r"signature",
     ),
+    "SCHEDULES": {},
+    "SCHEDULE_TICK_RETENTION": 30 * DAY,
     "RETENTION": {"completed": 7 * DAY, "skipped": 7 * DAY, "cancelled": 30 * DAY, "failed": None},
 }
 
@@ -107,6 +117,14 @@ class Settings:
     @property
     def NOTIFY(self) -> bool:
         return bool(self._get("NOTIFY"))
+
+    @property
+    def SCHEDULES(self) -> dict[str, Any]:
+        return dict(self._get("SCHEDULES"))
+
+    @property
+    def SCHEDULE_TICK_RETENTION(self) -> float:
+        return float(self._get("SCHEDULE_TICK_RETENTION"))
 
     @property
     def POLL_INTERVAL(self) -> float:

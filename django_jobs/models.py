@@ -463,3 +463,89 @@ class QueueEvent(models.Model):
 
     def __str__(self) -> str:
         return f"{self.kind} queue={self.queue} by {self.actor}"
+
+
+class ScheduleTick(models.Model):
+    """One tick of a schedule and what it did: the audit of periodic jobs.
+
+    The unique (schedule, tick_at) is what makes a tick fire once however many workers run: each
+    inserts the row with ``ON CONFLICT DO NOTHING``, and only the one whose insert succeeded
+    enqueues the job, in the same transaction. Written only by ``transitions.schedules``; pruned
+    by ``SCHEDULE_TICK_RETENTION``, except the latest tick of each schedule.
+    """
+
+    class Outcome(models.TextChoices):
+        ENQUEUED = "enqueued", "Enqueued"
+        #: The previous tick's job was still pending or running (``on_running="skip"``).
+        SKIPPED = "skipped", "Skipped: previous run still active"
+        #: Found due later than the schedule's ``misfire_grace``: not run.
+        MISSED = "missed", "Missed: too late to run"
+        #: The schedule was disabled by an operator.
+        DISABLED = "disabled", "Disabled"
+
+    id = models.BigAutoField(primary_key=True)
+    schedule = models.CharField(max_length=200)
+    tick_at = models.DateTimeField()
+    outcome = models.CharField(max_length=20, choices=Outcome.choices)
+    #: Ticks before this one that nobody fired (all workers were down), coalesced into it.
+    coalesced = models.IntegerField(default=0)
+    #: The job this tick enqueued (or found still active); a plain column, so pruning jobs
+    #: keeps the tick's record.
+    job_id = models.BigIntegerField(null=True, blank=True)
+    worker_id = models.CharField(max_length=200, null=True, blank=True)
+    created_at = models.DateTimeField(db_default=Now())
+
+    class Meta:
+        ordering = ("schedule", "-tick_at")
+        constraints = (
+            models.UniqueConstraint(fields=["schedule", "tick_at"], name="django_jobs_schedule_tick_once"),
+        )
+
+    def __str__(self) -> str:
+        return f"{self.schedule} @ {self.tick_at.isoformat()}: {self.outcome}"
+
+
+class ScheduleState(models.Model):
+    """A schedule an operator disabled (and perhaps enabled since): its ticks are recorded as
+    ``disabled`` and enqueue nothing. A schedule that was never disabled has no row.
+
+    Written only by ``transitions.schedules``; each change is also a ``ScheduleEvent``.
+    """
+
+    name = models.CharField(max_length=200, primary_key=True)
+    #: Set while the schedule is disabled; NULL once it is enabled again.
+    disabled_at = models.DateTimeField(null=True, blank=True)
+    disabled_by = models.CharField(max_length=150, null=True, blank=True)
+    reason = models.TextField(null=True, blank=True)
+
+    class Meta:
+        ordering = ("name",)
+        permissions = (("manage_schedule", "Can disable, enable and run schedules now"),)
+
+    def __str__(self) -> str:
+        return f"schedule {self.name} ({'disabled' if self.disabled_at else 'enabled'})"
+
+
+class ScheduleEvent(models.Model):
+    """One disable, enable or run-now of a schedule, with who and why. Only ever inserted."""
+
+    class Kind(models.TextChoices):
+        DISABLED = "disabled", "Disabled"
+        ENABLED = "enabled", "Enabled"
+        RUN_NOW = "run_now", "Run now"
+
+    id = models.BigAutoField(primary_key=True)
+    schedule = models.CharField(max_length=200)
+    kind = models.CharField(max_length=20, choices=Kind.choices)
+    actor = models.CharField(max_length=150)
+    reason = models.TextField()
+    #: The job a run-now enqueued.
+    job_id = models.BigIntegerField(null=True, blank=True)
+    created_at = models.DateTimeField(db_default=Now())
+
+    class Meta:
+        ordering = ("schedule", "id")
+        indexes = (models.Index(fields=["schedule", "id"], name="django_jobs_schedule_event"),)
+
+    def __str__(self) -> str:
+        return f"{self.kind} schedule={self.schedule} by {self.actor}"

@@ -276,6 +276,20 @@ def tidy_limits(limit: int = 10 * BATCH) -> int:
     return forgotten
 
 
+def prune_ticks(limit: int = 10 * BATCH) -> int:
+    """Delete the records of schedule ticks older than ``SCHEDULE_TICK_RETENTION`` (at most
+    ``limit``), always keeping each schedule's latest tick: the scheduler resumes from it."""
+    pruned = 0
+    while pruned < limit:
+        deleted = transitions.prune_ticks(jobs_settings.SCHEDULE_TICK_RETENTION, min(BATCH, limit - pruned))
+        pruned += deleted
+        if deleted < BATCH:
+            break
+    if pruned:
+        logger.info("pruned %s schedule tick record(s)", pruned)
+    return pruned
+
+
 def run_once() -> ReapResult:
     """One pass: recover expired leases, then apply retention; says what it did."""
     jobs = recover_jobs()
@@ -286,6 +300,7 @@ def run_once() -> ReapResult:
     result = ReapResult(recovered=counts, pruned=pruned, jobs=jobs, retention_behind=behind)
     forget_silent_workers()
     tidy_limits()
+    prune_ticks()
     return result
 
 

@@ -6,6 +6,7 @@ the function freely, but never reuse a name for different work.
 
 from __future__ import annotations
 
+import datetime as dt
 import enum
 import re
 from collections.abc import Callable
@@ -15,6 +16,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from django_jobs.backoff import Backoff
 from django_jobs.conf import jobs_settings
 from django_jobs.limits import RateLimit, concurrency_limit_problem, parse_rate_limit
+from django_jobs.schedules import Schedule, interval_seconds
 
 if TYPE_CHECKING:
     from django_jobs.context import JobContext
@@ -88,6 +90,8 @@ class JobType:
     #: would matter is marked: an execution lost before any mark never reached the provider and
     #: is retried; one lost after a mark is reconciled or parked (see ``on_lost_in_call``).
     external_calls: tuple[str, ...] = ()
+    #: When the scheduler enqueues this type on its own (``@job(schedule=...)``), or None.
+    schedule: Schedule | None = None
 
     @property
     def on_lost_in_call(self) -> str | None:
@@ -195,8 +199,16 @@ def job(
     concurrency_limit: int = 1,
     rate_limit: str | None = None,
     external_calls: tuple[str, ...] | list[str] = (),
+    schedule: str | float | dt.timedelta | None = None,
+    tz: str = "UTC",
+    misfire_grace: float | None = None,
+    on_running: str = "skip",
 ) -> Callable[[H], H]:
     """Register the decorated ``handler(ctx, payload)`` as job type ``name``.
+
+    ``schedule`` (a cron expression, evaluated in ``tz``, or an interval in seconds or as a
+    timedelta) makes the workers enqueue this type once per tick with an empty payload; see
+    ``django_jobs.schedules`` for ``misfire_grace`` and ``on_running``.
 
     Raises ``ValueError`` for an invalid name or policy, at import time rather than at the
     first enqueue, and ``AlreadyRegistered`` when another handler owns ``name``.
@@ -238,6 +250,18 @@ def job(
             'e.g. external_calls=("charge",)'
         )
 
+    planned = None
+    if schedule is not None:
+        planned = Schedule(
+            name=name,
+            type=name,
+            cron=schedule if isinstance(schedule, str) else None,
+            every=None if isinstance(schedule, str) else interval_seconds(schedule),
+            tz=tz,
+            misfire_grace=misfire_grace,
+            on_running=on_running,
+        )  # raises InvalidSchedule, a ValueError, for a bad expression or time zone
+
     def decorator(handler: H) -> H:
         registry.register(
             JobType(
@@ -260,6 +284,7 @@ def job(
                 concurrency_limit=concurrency_limit,
                 rate_limit=rate,
                 external_calls=tuple(dict.fromkeys(external_calls)),
+                schedule=planned,
             )
         )
         handler.job_name = name  # type: ignore[attr-defined]  # lets enqueue(handler, ...) work

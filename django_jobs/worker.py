@@ -10,7 +10,9 @@ Threads and their roles:
 - the *executor pool* (:mod:`django_jobs.pool`): N slots, each running one job at a time on its
   own database connection, supervised;
 - the *heartbeat* thread extends leases and runs the executions' side writes;
-- the *reaper* thread, unless ``--no-reaper``.
+- the *reaper* thread, unless ``--no-reaper``;
+- the *scheduler* thread (:mod:`django_jobs.scheduler`) when schedules are declared, unless the
+  worker drains and exits (``--burst``).
 
 A claimed job is either running in a slot or waiting in the pool's buffer. The worker claims
 beyond its idle slots only while jobs are short (see ``PREFETCH_SECONDS``), and only for slots
@@ -55,6 +57,8 @@ from django_jobs.pool import ExecutorPool, Held
 from django_jobs.process_pool import ProcessPool
 from django_jobs.reaper import ReaperLoop
 from django_jobs.registry import registry
+from django_jobs.scheduler import SchedulerLoop
+from django_jobs.schedules import declared_schedules
 from django_jobs.transitions import Claim, ClaimStatement
 
 logger = logging.getLogger("django_jobs.worker")
@@ -255,6 +259,12 @@ class Worker:
             else ExecutorPool(concurrency, self._execute, self._record)
         )
         self._reaper = ReaperLoop(stop=self._stopping) if reap else None
+        # A worker that drains and exits fires no schedule: its ticks would never settle.
+        self._scheduler = (
+            SchedulerLoop(stop=self._stopping, worker_id=self.worker_id)
+            if not (burst or until_settled) and declared_schedules()
+            else None
+        )
         self._summary_at = time.monotonic() + SUMMARY_INTERVAL
         self._summarised: collections.Counter[str] = collections.Counter()
         # When the scheduled jobs the listener heard of are due (monotonic), earliest first.
@@ -293,6 +303,8 @@ class Worker:
             # later.
             self._reaper.run_now()
             self._reaper.start()
+        if self._scheduler is not None:
+            self._scheduler.start()
         try:
             self._main_loop()
         finally:
@@ -732,6 +744,8 @@ class Worker:
         self._heartbeat.stop()
         if self._reaper is not None:
             self._reaper.join()
+        if self._scheduler is not None:
+            self._scheduler.join(timeout=max(self.grace, 5.0))
         # If the database is away, the dashboard shows the worker as silent until the reaper
         # forgets it.
         with contextlib.suppress(DatabaseError):

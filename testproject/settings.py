@@ -97,6 +97,18 @@ if env("DJANGO_JOBS_COMPLETED_RETENTION", default=None) is not None:
 if env("DJANGO_JOBS_NOTIFY", default=None) is not None:
     DJANGO_JOBS["NOTIFY"] = env.bool("DJANGO_JOBS_NOTIFY")
 
+# A fast schedule for the scheduling tests: DJANGO_JOBS_TICK_EVERY seconds, optionally with a
+# misfire grace (DJANGO_JOBS_TICK_GRACE) and a job that outlives its tick (DJANGO_JOBS_TICK_SLEEP).
+if env("DJANGO_JOBS_TICK_EVERY", default=None) is not None:
+    DJANGO_JOBS["SCHEDULES"] = {
+        "test-tick": {
+            "type": "test.ticked",
+            "every": env.float("DJANGO_JOBS_TICK_EVERY"),
+            "misfire_grace": env.float("DJANGO_JOBS_TICK_GRACE", default=None),
+            "payload": {"sleep": env.float("DJANGO_JOBS_TICK_SLEEP", default=0)},
+        }
+    }
+
 # Jobs in a database of their own (the system checks' tests use it).
 if env("JOBS_DATABASE_URL", default=None):
     DATABASES["jobs"] = env.db("JOBS_DATABASE_URL")

@@ -12,6 +12,7 @@ Time is always the database's ``now()``.
 - ``queues``: what people do to queues (pause, resume), with actor and reason;
 - ``calls``: the marks an execution commits before it calls out, and their ends;
 - ``recovery``: the reaper's writes (expired leases, retention);
+- ``schedules``: the tick rows of periodic jobs (one per tick, whatever the workers);
 - ``workers``: worker processes reporting themselves alive.
 """
 
@@ -41,6 +42,16 @@ from django_jobs.transitions.operator import (
 from django_jobs.transitions.queues import pause as pause_queue
 from django_jobs.transitions.queues import resume as resume_queue
 from django_jobs.transitions.recovery import Expired, Recovery, forget_idle_keys, prune, recover_expired
+from django_jobs.transitions.schedules import (
+    ClaimedTick,
+    claim_tick,
+    last_ticks,
+    prune_ticks,
+    record_run_now,
+    record_tick_job,
+)
+from django_jobs.transitions.schedules import disable as disable_schedule
+from django_jobs.transitions.schedules import enable as enable_schedule
 from django_jobs.transitions.workers import any_active, forget_worker, report_worker
 
 __all__ = [
@@ -50,6 +61,7 @@ __all__ = [
     "CancelResult",
     "Claim",
     "ClaimStatement",
+    "ClaimedTick",
     "Expired",
     "Outcome",
     "Recovery",
@@ -57,17 +69,24 @@ __all__ = [
     "cancel",
     "cancel_requested_among",
     "claim",
+    "claim_tick",
     "cut_leases",
+    "disable_schedule",
+    "enable_schedule",
     "end_call",
     "forget_idle_keys",
     "forget_worker",
     "heartbeat",
+    "last_ticks",
     "manual_retry",
     "mark_call",
     "marked_calls",
     "open_rate_windows",
     "pause_queue",
     "prune",
+    "prune_ticks",
+    "record_run_now",
+    "record_tick_job",
     "recover_expired",
     "report_worker",
     "resolve",

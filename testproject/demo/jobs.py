@@ -67,3 +67,12 @@ def import_legacy_file(ctx: JobContext, payload: dict[str, Any]) -> None:
     """A poison job: crashes on every attempt and must end failed, not cycle forever."""
     rows = payload["rows"]
     _ = rows[0]["amount"] / rows[0]["quantity"]  # ZeroDivisionError: the file is corrupt
+
+
+@job("demo.nightly_report", queue="reports", schedule="0 3 * * *", tz="Europe/Moscow")
+def nightly_report(ctx: JobContext, payload: dict[str, Any]) -> None:
+    """Periodic: every `runjobs` fires it once a night at 03:00 Moscow time, however many run
+    (the demo's `--burst` workers fire no schedule, so the demo still settles)."""
+    with ctx.effect(f"nightly-report:{ctx.job_id}") as first_time:
+        if first_time:
+            SentEmail.objects.create(user_id=0, kind=f"nightly-report-{ctx.job_id}")

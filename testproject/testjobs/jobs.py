@@ -468,3 +468,10 @@ def _charged(ctx: JobContext, payload: dict[str, Any]) -> Reconciliation:
 def marked_reconciled(ctx: JobContext, payload: dict[str, Any]) -> None:
     """The same call, with a reconcile that asks whether the charge happened."""
     _marked_charge(ctx, payload)
+
+
+@job("test.ticked")
+def ticked(ctx: JobContext, payload: dict[str, Any]) -> None:
+    """Fired by the schedules of the scheduling tests; the tick rows and jobs are the record."""
+    if payload.get("sleep"):
+        time.sleep(float(payload["sleep"]))

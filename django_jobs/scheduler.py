@@ -1,0 +1,181 @@
+"""The scheduler: enqueues each tick of each declared schedule once, from every worker at once.
+
+There is no leader. Every ``runjobs`` process runs a :class:`SchedulerLoop` that sleeps until
+the next tick is due and then makes one statement (``transitions.claim_tick``): the tick's row
+is inserted under a unique (schedule, tick time) with ``ON CONFLICT DO NOTHING``, and the worker
+whose insert went through enqueues the job in the same transaction. The database's ``now()``
+decides whether a tick is due; the worker's clock only decides when to ask.
+
+Misfires: a schedule resumes from its latest tick row. Ticks that passed while no worker ran
+are coalesced into one run of the latest of them (its row counts the others in
+``coalesced``); when even that one is older than the schedule's ``misfire_grace``, it is
+recorded as ``missed`` and nothing is enqueued. A schedule that never ticked starts with the
+first tick after the worker starts: declaring a schedule does not backfill the past.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import threading
+import time
+from dataclasses import dataclass
+
+from django.db import connections, transaction
+
+from django_jobs import transitions
+from django_jobs.conf import jobs_settings
+from django_jobs.enqueueing import enqueue
+from django_jobs.errors import DATABASE_UNAVAILABLE
+from django_jobs.schedules import Schedule, declared_schedules
+
+logger = logging.getLogger("django_jobs.scheduler")
+
+#: Seconds to wait before asking again after the database was unavailable.
+OUTAGE_RETRY = 2.0
+#: The scheduler keeps its connection open across a pause no longer than this (seconds).
+HOLD_CONNECTION_FOR = 10.0
+
+
+@dataclass(frozen=True)
+class Fired:
+    """What one due check did."""
+
+    now: dt.datetime
+    #: "enqueued", "skipped", "missed" or "disabled" when this worker fired the tick; "taken" when another
+    #: worker had; "early" when the tick is not due by the database's clock.
+    outcome: str
+    job_id: int | None = None
+
+
+def unique_key(schedule: Schedule) -> str:
+    """The unique key of a schedule's jobs: a tick finds the previous tick's job by it."""
+    return f"schedule:{schedule.name}"
+
+
+def fire(
+    schedule: Schedule, tick_at: dt.datetime, *, coalesced: int = 0, worker_id: str | None = None
+) -> Fired:
+    """Fire one tick of ``schedule`` unless it is not due or another worker fired it."""
+    with transaction.atomic(using=jobs_settings.DATABASE):
+        claimed = transitions.claim_tick(
+            schedule.name, tick_at, grace=schedule.misfire_grace, coalesced=coalesced, worker_id=worker_id
+        )
+        if claimed.id is None:
+            return Fired(claimed.now, "early" if tick_at > claimed.now else "taken")
+        if claimed.outcome == "missed":
+            logger.warning("schedule tick missed schedule=%s tick=%s", schedule.name, tick_at.isoformat())
+            return Fired(claimed.now, "missed")
+        if claimed.outcome == "disabled":
+            return Fired(claimed.now, "disabled")
+        job = enqueue(
+            schedule.type,
+            dict(schedule.payload),
+            queue=schedule.queue,
+            priority=schedule.priority,
+            unique_key=unique_key(schedule) if schedule.on_running == "skip" else None,
+        )
+        # A job created before this tick was checked is the previous tick's job (or another
+        # with the schedule's unique key), still pending or running: this tick is skipped.
+        outcome = "enqueued" if job.created_at >= claimed.checked_at else "skipped"
+        transitions.record_tick_job(claimed.id, job.id, outcome)
+    logger.info(
+        "schedule tick %s schedule=%s tick=%s job=%s coalesced=%s",
+        outcome, schedule.name, tick_at.isoformat(), job.id, coalesced,
+    )  # fmt: skip
+    return Fired(claimed.now, outcome, job.id)
+
+
+class SchedulerLoop(threading.Thread):
+    """Fires the ticks of the declared schedules until ``stop`` is set. Idle between ticks: one
+    statement at start, then one per tick of each schedule."""
+
+    def __init__(self, stop: threading.Event, worker_id: str | None = None) -> None:
+        super().__init__(name="django_jobs-scheduler", daemon=True)
+        self._stop_event = stop
+        self._worker_id = worker_id
+        self.schedules = declared_schedules()
+        #: Each schedule's latest tick known to be handled.
+        self._after: dict[str, dt.datetime] = {}
+        self._now = dt.datetime.now(dt.UTC)  # replaced by the database's before any use
+        self._now_read_at = time.monotonic()
+
+    def run(self) -> None:
+        try:
+            while not self._stop_event.is_set():
+                try:
+                    if not self._after:
+                        self._resume()
+                    failed = self._fire_due()
+                    pause = self._seconds_to_next_tick()
+                    if failed:
+                        pause = max(pause, OUTAGE_RETRY)
+                except DATABASE_UNAVAILABLE as exc:
+                    logger.warning("scheduler pass failed, retrying: %s", type(exc).__name__)
+                    connections[jobs_settings.DATABASE].close()
+                    pause = OUTAGE_RETRY
+                except Exception:
+                    logger.exception("scheduler pass failed, retrying")
+                    pause = OUTAGE_RETRY
+                if pause > HOLD_CONNECTION_FOR:
+                    # A long sleep holds no connection slot: a nightly schedule costs each worker
+                    # one connection a night, not one for ever.
+                    connections[jobs_settings.DATABASE].close()
+                if self._stop_event.wait(pause):
+                    return
+        finally:
+            connections.close_all()
+
+    def _resume(self) -> None:
+        now, last = transitions.last_ticks([schedule.name for schedule in self.schedules])
+        self._set_now(now)
+        # A schedule that never ticked starts now: declaring it does not backfill the past.
+        self._after = {schedule.name: last.get(schedule.name) or now for schedule in self.schedules}
+
+    def _set_now(self, now: dt.datetime) -> None:
+        self._now, self._now_read_at = now, time.monotonic()
+
+    def _estimated_now(self) -> dt.datetime:
+        """The database's clock, as last read plus the time elapsed here since."""
+        return self._now + dt.timedelta(seconds=time.monotonic() - self._now_read_at)
+
+    def _fire_due(self) -> bool:
+        """Fire every due tick; say whether one failed (it is retried after a pause)."""
+        failed = False
+        for schedule in self.schedules:
+            tick, count = schedule.latest_due(self._after[schedule.name], self._estimated_now())
+            if tick is None:
+                continue
+            try:
+                fired = fire(schedule, tick, coalesced=count - 1, worker_id=self._worker_id)
+            except DATABASE_UNAVAILABLE:
+                raise
+            except Exception:
+                # A tick that cannot be enqueued (say, its payload no longer validates) must not
+                # stop the other schedules; its row was rolled back, so it is retried next pass.
+                logger.exception("schedule tick failed schedule=%s tick=%s", schedule.name, tick.isoformat())
+                failed = True
+                continue
+            self._set_now(fired.now)
+            if fired.outcome != "early":
+                self._after[schedule.name] = tick
+        return failed
+
+    def _seconds_to_next_tick(self) -> float:
+        if not self.schedules:
+            return 3600.0
+        now = self._estimated_now()
+        soonest = min(schedule.next_after(self._after[schedule.name]) for schedule in self.schedules)
+        # A little after the tick, so that the database's clock has passed it too.
+        return max((soonest - now).total_seconds(), 0.0) + 0.005
+
+
+def run_now(schedule: Schedule, *, actor: str, reason: str) -> int:
+    """Enqueue the schedule's job at once, out of turn, and record who and why; returns the
+    job's id. The next tick is not disturbed: this job has no tick and no unique key, so it
+    neither takes a tick's place nor makes the next tick skip."""
+    with transaction.atomic(using=jobs_settings.DATABASE):
+        job = enqueue(schedule.type, dict(schedule.payload), queue=schedule.queue, priority=schedule.priority)
+        transitions.record_run_now(schedule.name, actor=actor, reason=reason, job_id=job.id)
+    logger.info("schedule run now schedule=%s job=%s actor=%s", schedule.name, job.id, actor)
+    return job.id
