@@ -3,32 +3,15 @@
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable, Iterator
 
 import pytest
 
 from django_jobs import enqueue_many
 from django_jobs.models import Job
 from testproject.testjobs.models import KeyedRun
-from tests.process.workers import WorkerProcess, wait_for
+from tests.process.workers import StartWorker, wait_for
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
-
-StartWorker = Callable[..., WorkerProcess]
-
-
-@pytest.fixture
-def start_worker(worker_env: dict[str, str]) -> Iterator[StartWorker]:
-    started: list[WorkerProcess] = []
-
-    def start(*args: str, env: dict[str, str] | None = None) -> WorkerProcess:
-        worker = WorkerProcess({**worker_env, **(env or {})}, *args)
-        started.append(worker)
-        return worker
-
-    yield start
-    for worker in started:
-        worker.stop()
 
 
 def most_at_once(intervals: list[tuple[float, float]]) -> int:

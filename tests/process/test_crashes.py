@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import datetime as dt
 import signal
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import pytest
 
@@ -16,25 +16,9 @@ from django_jobs.models import Job, JobEvent
 from django_jobs.states import EventKind, JobStatus
 from django_jobs.worker import EXIT_MARGIN
 from testproject.testjobs.models import BusinessRow
-from tests.process.workers import WorkerProcess, wait_for
+from tests.process.workers import StartWorker, wait_for
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
-
-StartWorker = Callable[..., WorkerProcess]
-
-
-@pytest.fixture
-def start_worker(worker_env: dict[str, str]) -> Iterator[StartWorker]:
-    started: list[WorkerProcess] = []
-
-    def start(*args: str) -> WorkerProcess:
-        worker = WorkerProcess(worker_env, *args)
-        started.append(worker)
-        return worker
-
-    yield start
-    for worker in started:
-        worker.stop()
 
 
 def started(job: Job) -> int:

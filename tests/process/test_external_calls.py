@@ -8,7 +8,6 @@ the marks the first one committed.
 from __future__ import annotations
 
 import signal
-from collections.abc import Callable, Iterator
 
 import pytest
 
@@ -16,25 +15,9 @@ from django_jobs import enqueue
 from django_jobs.models import ExternalCall, Job, JobEvent
 from django_jobs.states import EventKind, JobStatus
 from testproject.testjobs.models import BusinessRow
-from tests.process.workers import WorkerProcess, wait_for
+from tests.process.workers import StartWorker, WorkerProcess, wait_for
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
-
-StartWorker = Callable[..., WorkerProcess]
-
-
-@pytest.fixture
-def start_worker(worker_env: dict[str, str]) -> Iterator[StartWorker]:
-    started: list[WorkerProcess] = []
-
-    def start(*args: str) -> WorkerProcess:
-        worker = WorkerProcess(worker_env, *args)
-        started.append(worker)
-        return worker
-
-    yield start
-    for worker in started:
-        worker.stop()
 
 
 def reached(job: Job, point: str) -> bool:

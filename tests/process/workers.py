@@ -83,3 +83,8 @@ def listening_workers() -> int:
             [f"LISTEN {CHANNEL}"],
         )
         return int(cursor.fetchone()[0])
+
+
+#: The ``start_worker`` fixture (tests/process/conftest.py): starts a worker with these
+#: arguments, cleaned up after the test.
+StartWorker = Callable[..., WorkerProcess]
