@@ -23,7 +23,6 @@ from psycopg.pq import TransactionStatus
 
 from django_jobs import outcomes, signals, transitions
 from django_jobs.conf import jobs_settings
-from django_jobs.context import Lease
 from django_jobs.executor import run
 from django_jobs.models import Job
 from django_jobs.recording import EnqueuedJob, EnqueuedJobs, assert_enqueued, enqueued_jobs
@@ -31,7 +30,7 @@ from django_jobs.registry import registry
 from django_jobs.states import ACTIVE_STATUSES, JobStatus
 from django_jobs.transitions import Claim, ClaimStatement
 from django_jobs.transitions.claimable import claim_inputs
-from django_jobs.worker import Worker, WorkerStats
+from django_jobs.worker import Worker, WorkerStats, lease_for
 
 
 def run_one(queues: Sequence[str] | None = None, types: Sequence[str] | None = None) -> Job | None:
@@ -64,15 +63,7 @@ def run_one(queues: Sequence[str] | None = None, types: Sequence[str] | None = N
     claim = claims[0]
     job_type = registry.get(claim.type)
     assert job_type is not None, "the claim takes only types this process knows"
-    lease = Lease(
-        claim.id,
-        claim.execution_id,
-        job_type.lease,
-        beats=job_type.heartbeat,
-        timeout=job_type.timeout,
-        counted=claim.counted,
-        claimed_db=claim.claimed_at,
-    )
+    lease = lease_for(claim, job_type)
     _announce_start(alias, claim)
     with _handler_savepoint(alias):
         finished = run(claim, lease, reraise_base=True)

@@ -56,7 +56,7 @@ from django_jobs.models import Job
 from django_jobs.pool import ExecutorPool, Held
 from django_jobs.process_pool import ProcessPool
 from django_jobs.reaper import ReaperLoop
-from django_jobs.registry import registry
+from django_jobs.registry import JobType, registry
 from django_jobs.scheduler import SchedulerLoop
 from django_jobs.schedules import declared_schedules
 from django_jobs.transitions import Claim, ClaimStatement
@@ -85,6 +85,19 @@ _OUTCOME_NAMES = {"pending": "retried", "needs_review": "parked for review"}
 #: Statuses that end a job: an execution that wrote one of these finished its job.
 _FINAL = ("completed", "failed", "skipped", "cancelled", "needs_review")
 _SUMMARY_ORDER = ("completed", "pending", "failed", "needs_review", "skipped", "cancelled")
+
+
+def lease_for(claim: Claim, job_type: JobType) -> Lease:
+    """The lease of a claimed execution, on its type's terms."""
+    return Lease(
+        claim.id,
+        claim.execution_id,
+        job_type.lease,
+        beats=job_type.heartbeat,
+        timeout=job_type.timeout,
+        counted=claim.counted,
+        claimed_db=claim.claimed_at,
+    )
 
 
 def make_worker_id() -> str:
@@ -497,16 +510,7 @@ class Worker:
         return len(claims)
 
     def _lease_for(self, claim: Claim) -> Lease:
-        job_type = self.job_types[claim.type]
-        return Lease(
-            claim.id,
-            claim.execution_id,
-            job_type.lease,
-            beats=job_type.heartbeat,
-            timeout=job_type.timeout,
-            counted=claim.counted,
-            claimed_db=claim.claimed_at,
-        )
+        return lease_for(claim, self.job_types[claim.type])
 
     def _claim_target(self) -> int:
         """How many jobs to hold: one per live slot, plus what the slots that should free up
