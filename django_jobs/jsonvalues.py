@@ -13,6 +13,39 @@ import math
 
 def plain_json_problem(value: object, path: str) -> str | None:
     """What keeps ``value`` from round-tripping unchanged through jsonb, or None if nothing."""
+    # Most values are fine: check without naming anything first, and walk again with the
+    # paths (a string built per key would cost more than the check) only to say what is wrong.
+    try:
+        if _is_plain(value):
+            return None
+        return _problem(value, path)
+    except RecursionError:
+        return f"{path} is nested too deeply"
+
+
+def _is_plain(value: object) -> bool:
+    if type(value) is str:
+        return "\x00" not in value and (value.isascii() or _is_utf8(value))
+    if type(value) is dict:
+        return all(type(key) is str and _is_plain(key) and _is_plain(item) for key, item in value.items())
+    if type(value) is list:
+        return all(_is_plain(item) for item in value)
+    if value is None or type(value) is int or type(value) is bool:
+        return True
+    if type(value) is float:
+        return math.isfinite(value)
+    return False  # subclasses and the rest: the full walk decides, and names the culprit
+
+
+def _is_utf8(text: str) -> bool:
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _problem(value: object, path: str) -> str | None:
     # json.dumps alone would silently turn int keys into strings and tuples into lists, and
     # PostgreSQL's jsonb refuses NUL characters: what a handler reads back must be exactly what was stored.
     if value is None or isinstance(value, bool | int):
@@ -20,6 +53,8 @@ def plain_json_problem(value: object, path: str) -> str | None:
     if isinstance(value, str):
         if "\x00" in value:
             return f"{path} contains a NUL character, which jsonb cannot store"
+        if not _is_utf8(value):
+            return f"{path} contains a lone surrogate (\\ud800-\\udfff), which is not valid Unicode text"
         return None
     if isinstance(value, float):
         if not math.isfinite(value):
@@ -27,14 +62,14 @@ def plain_json_problem(value: object, path: str) -> str | None:
         return None
     if isinstance(value, list):
         for i, item in enumerate(value):
-            if (problem := plain_json_problem(item, f"{path}[{i}]")) is not None:
+            if (problem := _problem(item, f"{path}[{i}]")) is not None:
                 return problem
         return None
     if isinstance(value, dict):
         for key, item in value.items():
             if not isinstance(key, str):
                 return f"{path} has a non-string key {key!r}"
-            problem = plain_json_problem(key, f"{path} key") or plain_json_problem(item, f"{path}[{key!r}]")
+            problem = _problem(key, f"{path} key") or _problem(item, f"{path}[{key!r}]")
             if problem is not None:
                 return problem
         return None

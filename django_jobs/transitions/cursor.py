@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
 import psycopg
 from django.db import connections
@@ -27,3 +28,17 @@ def bound_cursor(alias: str) -> Iterator[psycopg.Cursor]:
         connection.ensure_connection()
         with psycopg.Cursor(connection.connection) as cursor:
             yield cursor
+
+
+def django_bound_cursor(alias: str) -> Any:
+    """A server-binding cursor wrapped as Django wraps its own: for statements a web request runs.
+
+    Unlike :func:`bound_cursor`, its statements pass through the connection's execute wrappers
+    (tracing, ``django.db.connection.execute_wrapper``) and are logged with the request's queries
+    under ``DEBUG`` (the debug toolbar, ``CaptureQueriesContext``), as an ORM statement would be.
+    """
+    connection = connections[alias]
+    with connection.wrap_database_errors:
+        connection.ensure_connection()
+        # The wrapping Django's own connection.cursor() applies (debug log, execute wrappers).
+        return connection._prepare_cursor(psycopg.Cursor(connection.connection))  # type: ignore[attr-defined]

@@ -87,6 +87,13 @@ def test_a_committed_transaction_keeps_its_jobs() -> None:
     assert Job.objects.count() == 1
 
 
+def _nested(depth: int) -> list[Any]:
+    value: list[Any] = []
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
 @pytest.mark.parametrize(
     ("call", "error", "message"),
     [
@@ -102,6 +109,9 @@ def test_a_committed_transaction_keeps_its_jobs() -> None:
         (lambda: enqueue("test.noop", {1: "int key"}), InvalidPayload, "non-string key"),
         (lambda: enqueue("test.noop", {"x": float("nan")}), InvalidPayload, "nan"),
         (lambda: enqueue("test.noop", {"x": "nul\x00byte"}), InvalidPayload, "NUL"),
+        (lambda: enqueue("test.noop", {"nul\x00key": 1}), InvalidPayload, "key contains a NUL"),
+        (lambda: enqueue("test.noop", {"x": ["\ud800"]}), InvalidPayload, r"\['x'\]\[0\] contains a lone surrogate"),
+        (lambda: enqueue("test.noop", {"x": _nested(100_000)}), InvalidPayload, "nested too deeply"),
         (lambda: enqueue("test.noop", {"blob": "x" * 300_000}), PayloadTooLarge, "over the limit"),
         (lambda: enqueue("test.noop", {}, priority=101), InvalidOption, "priority"),
         (lambda: enqueue("test.noop", {}, priority="high"), InvalidOption, "priority"),
@@ -214,12 +224,28 @@ def test_the_returned_jobs_are_the_rows_as_stored(listened: bool) -> None:
     try:
         jobs = enqueue_many(noop, [{"n": n} for n in range(3)], delay=30, unique_key=lambda p: f"k{p['n']}")
         jobs += enqueue_many(noop, [{"n": 9}])
+        jobs.append(enqueue(noop, {"n": 10}, unique_key="single", concurrency_key="account-1"))
     finally:
         post_init.disconnect(receiver, sender=Job)
-    assert len(seen) == (4 if listened else 0)
+    assert len(seen) == (5 if listened else 0)
     for job in jobs:
         stored = Job.objects.get(pk=job.pk)
         assert not job._state.adding and job._state.db == stored._state.db
         for field in Job._meta.concrete_fields:
             assert getattr(job, field.attname) == getattr(stored, field.attname), field.name
     assert jobs[0].available_at == jobs[2].available_at > jobs[3].available_at
+
+
+class _Code(str):
+    """A str subclass, as a TextChoices member is: stored as its plain value."""
+
+
+def test_subclasses_of_plain_values_are_accepted_as_their_value() -> None:
+    import enum
+
+    class Level(enum.IntEnum):
+        HIGH = 3
+
+    job = enqueue("test.noop", {"code": _Code("a"), "level": Level.HIGH, "ok": True})
+    job.refresh_from_db()
+    assert job.payload == {"code": "a", "level": 3, "ok": True}
