@@ -37,7 +37,7 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, Protocol
 
 from django_jobs.conf import DEFAULTS
-from django_jobs.sanitize import storable_text
+from django_jobs.sanitize import REDACTED, is_secret_name, storable_text
 
 if TYPE_CHECKING:
     from django_jobs.context import Lease
@@ -173,7 +173,8 @@ class JSONFormatter(logging.Formatter):
 
     Texts are made safe as stored errors are (``sanitize.storable_text``): secrets redacted,
     NUL characters escaped, lone surrogates replaced, long texts cut to their head and tail.
-    An extra value JSON cannot write is written as its sanitized ``str()``; formatting never
+    The value of an extra (or of a key inside one) named like a secret is redacted whole. An
+    extra value JSON cannot write is written as its sanitized ``str()``; formatting never
     raises for what a record carries.
     """
 
@@ -192,7 +193,7 @@ class JSONFormatter(logging.Formatter):
         }
         for key, value in record.__dict__.items():
             if key not in _RECORD_ATTRIBUTES and key not in entry:
-                entry[_text(key, 200)] = _safely_jsonable(value)
+                entry[_text(key, 200)] = REDACTED if is_secret_name(key) else _safely_jsonable(value)
         if record.exc_info and not record.exc_text:
             record.exc_text = self.formatException(record.exc_info)
         if record.exc_text:
@@ -228,6 +229,7 @@ def _jsonable(value: object, depth: int) -> Any:
         return [_jsonable(item, depth - 1) for item in itertools.islice(value, _MAX_ITEMS)]
     if depth > 0 and isinstance(value, dict):
         return {
-            _text(k, 200): _jsonable(v, depth - 1) for k, v in itertools.islice(value.items(), _MAX_ITEMS)
+            _text(k, 200): REDACTED if is_secret_name(str(k)) else _jsonable(v, depth - 1)
+            for k, v in itertools.islice(value.items(), _MAX_ITEMS)
         }
     return _text(value, MAX_EXTRA_CHARS)  # str() of anything else, even one that raises
