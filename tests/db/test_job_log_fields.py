@@ -58,7 +58,11 @@ def test_every_line_about_a_job_names_its_job_execution_and_attempt(json_lines: 
     with BackgroundWorker(concurrency=5) as worker:
         # The lease of test.lease_only is 0.3s and nothing extends it: it expires mid-run, the
         # reaper takes the job back, and the execution then learns that its lease is lost.
-        wait_for(lambda: Job.objects.filter(id=lost.id, status=JobStatus.RUNNING, lease_expires_at__lt=Now()).exists())
+        wait_for(
+            lambda: Job.objects.filter(
+                id=lost.id, status=JobStatus.RUNNING, lease_expires_at__lt=Now()
+            ).exists()
+        )
         assert [r.id for r in reaper.recover_jobs()] == [lost.id]
         wait_for(lambda: '"logger": "django_jobs.executor", "message": "lease lost' in json_lines.getvalue())
         wait_for(lambda: not Job.objects.filter(status__in=ACTIVE_STATUSES).exists())
@@ -68,7 +72,9 @@ def test_every_line_about_a_job_names_its_job_execution_and_attempt(json_lines: 
     # The executions the database knows of each job: its events', and the last one's on the row
     # (a plain completion writes no event).
     executions = {job.id: {str(job.execution_id)} for job in rows.values()}
-    for job_id, execution_id in JobEvent.objects.exclude(execution_id=None).values_list("job_id", "execution_id"):
+    for job_id, execution_id in JobEvent.objects.exclude(execution_id=None).values_list(
+        "job_id", "execution_id"
+    ):
         executions[job_id].add(str(execution_id))
     about_jobs = [e for e in entries if "job_id" in e]
     for entry in entries:
@@ -103,4 +109,6 @@ def test_every_line_about_a_job_names_its_job_execution_and_attempt(json_lines: 
     uuid.UUID(str(recovered["execution_id"]))
     assert rows[lost.id].status == JobStatus.FAILED  # its one attempt was lost
     # Lines about the worker itself carry its id.
-    assert any(e["message"].startswith("worker started") and e["worker_id"] == worker.worker_id for e in entries)
+    assert any(
+        e["message"].startswith("worker started") and e["worker_id"] == worker.worker_id for e in entries
+    )

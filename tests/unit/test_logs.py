@@ -86,7 +86,9 @@ def test_changed_settings_name_only_what_differs() -> None:
 # ---- job fields and JSON lines ------------------------------------------------------------------
 
 
-def _record(msg: object = "job failed id=%s", args: tuple[object, ...] = (7,), **extra: object) -> logging.LogRecord:
+def _record(
+    msg: object = "job failed id=%s", args: tuple[object, ...] = (7,), **extra: object
+) -> logging.LogRecord:
     logger = logging.getLogger("django_jobs.outcomes")
     return logger.makeRecord(logger.name, logging.WARNING, __file__, 1, msg, args, None, extra=extra)
 
@@ -103,7 +105,10 @@ def test_job_fields_never_collide_with_a_log_records_own_attributes() -> None:
     fields = job_fields(7, "test.noop", "default", 2, uuid.UUID(int=1), "host:1:abc")
     # makeRecord refuses an extra that would overwrite one of the record's attributes.
     record = _record(**fields, **jobs_fields([1, 2]))
-    attributes = set(logging.LogRecord("x", logging.INFO, "", 0, "", (), None).__dict__) | {"message", "asctime"}
+    attributes = set(logging.LogRecord("x", logging.INFO, "", 0, "", (), None).__dict__) | {
+        "message",
+        "asctime",
+    }
     assert not attributes & set(JOB_FIELDS)
     entry = _line(record)
     assert {k: entry[k] for k in JOB_FIELDS} == {
@@ -167,7 +172,9 @@ def test_a_record_whose_arguments_do_not_format_is_still_written() -> None:
 
 def test_secrets_in_the_message_and_the_traceback_never_reach_the_line() -> None:
     try:
-        raise ConnectionError("could not reach postgres://app:s3cretpw@db/prod with api_key=AKIAIOSFODNN7EXAMPLE")
+        raise ConnectionError(
+            "could not reach postgres://app:s3cretpw@db/prod with api_key=AKIAIOSFODNN7EXAMPLE"
+        )
     except ConnectionError:
         record = logging.LogRecord(
             "django_jobs.pool", logging.ERROR, __file__, 1, "executor error id=%s token=%s",
@@ -186,7 +193,9 @@ def test_a_completion_builds_no_fields_unless_debug_is_on(monkeypatch: pytest.Mo
     # the line is not written.
     built: list[int] = []
     real = logs.claim_fields
-    monkeypatch.setattr(logs, "claim_fields", lambda claim, worker_id=None: built.append(claim.id) or real(claim))
+    monkeypatch.setattr(
+        logs, "claim_fields", lambda claim, worker_id=None: built.append(claim.id) or real(claim)
+    )
     claim = Claim(
         id=9, queue="default", type="test.noop", version=1, payload="{}", attempt=1, max_attempts=5,
         execution_id=uuid.uuid4(), unique_key=None, checkpoint=None, priority=0, last_error_code=None,
