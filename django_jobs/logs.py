@@ -1,4 +1,5 @@
-"""What a worker says when the project set up no logging for it.
+"""How the package logs: the fields that name a job on each line, a JSON formatter, and what a
+worker says when the project set up no logging for it.
 
 Django's default ``LOGGING`` routes its own loggers only: without this, ``runjobs`` would be
 silent but for warnings escaping through Python's last-resort handler. When nothing handles the
@@ -14,6 +15,9 @@ The loggers, all under ``django_jobs``:
 ``django_jobs.reaper``    each job recovered from a lost worker, retention prunes
 ``django_jobs.executor``  leases lost, connections lost mid-job, reconciliations
 ``django_jobs.heartbeat`` beats that could not be written
+``django_jobs.pool``      stuck jobs, child processes that died or were killed
+``django_jobs.scheduler`` schedule ticks fired, missed or failed
+``django_jobs.signals``   receivers that raised
 
 Every line about one job also carries the job as fields of its record (``extra``), named so
 that they cannot collide with ``logging.LogRecord``'s own attributes: ``job_id``, ``job_type``,
