@@ -15,7 +15,7 @@ import functools
 import json
 import logging
 import random
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from django.db import DatabaseError
 
@@ -163,7 +163,11 @@ def _on_lost_in_call(type_name: str) -> str | None:
     return job_type.on_lost_in_call if job_type is not None else None
 
 
-def _write(outcomes: list[Outcome], by_id: dict[int, Finished], worker_id: str | None) -> dict[int, Outcome]:
+def _write(
+    outcomes: list[Outcome], by_id: Mapping[int, Finished] | None = None, worker_id: str | None = None
+) -> dict[int, Outcome]:
+    """Write ``outcomes``; ``by_id`` (the executions they end) and ``worker_id`` name the jobs
+    in the log lines of a refused write."""
     try:
         ids = transitions.write_outcomes(outcomes)
         return {o.job_id: o for o in outcomes if o.job_id in ids}
@@ -182,12 +186,17 @@ def _write(outcomes: list[Outcome], by_id: dict[int, Finished], worker_id: str |
         except DATABASE_UNAVAILABLE:
             raise
         except DatabaseError as exc:
-            replacement = _write_refused(
-                outcome, exc, logs.claim_fields(by_id[outcome.job_id].claim, worker_id)
-            )
+            replacement = _write_refused(outcome, exc, _fields(outcome, by_id or {}, worker_id))
             if replacement is not None:
                 written[outcome.job_id] = replacement
     return written
+
+
+def _fields(outcome: Outcome, by_id: Mapping[int, Finished], worker_id: str | None) -> dict[str, object]:
+    finished = by_id.get(outcome.job_id)
+    if finished is not None:
+        return logs.claim_fields(finished.claim, worker_id)
+    return logs.job_fields(outcome.job_id, "", None, None, outcome.execution_id, worker_id)
 
 
 def _write_refused(outcome: Outcome, exc: DatabaseError, fields: dict[str, object]) -> Outcome | None:

@@ -13,10 +13,13 @@ from collections.abc import Iterator
 import pytest
 from django.db.models.functions import Now
 
-from django_jobs import enqueue, reaper
+from django_jobs import enqueue, outcomes, reaper
+from django_jobs.decision import Happened
+from django_jobs.executor import Finished
 from django_jobs.logs import JSONFormatter
 from django_jobs.models import Job, JobEvent
 from django_jobs.states import ACTIVE_STATUSES, JobStatus
+from django_jobs.transitions import ClaimStatement, Outcome, claim
 from tests.db.inprocess import BackgroundWorker, wait_for
 from tests.docs.snippets import documented_logging
 
@@ -112,3 +115,24 @@ def test_every_line_about_a_job_names_its_job_execution_and_attempt(json_lines: 
     assert any(
         e["message"].startswith("worker started") and e["worker_id"] == worker.worker_id for e in entries
     )
+
+
+def test_a_refused_batch_names_its_jobs_and_the_refused_row_its_execution(json_lines: io.StringIO) -> None:
+    for _ in range(3):
+        enqueue("test.noop", {})
+    claims = claim(ClaimStatement("w-1", None, {"test.noop": 1}), 10)
+    by_id = {c.id: Finished(c, Happened.COMPLETED) for c in claims}
+    good = [Outcome(c.id, c.execution_id, JobStatus.COMPLETED) for c in claims[:2]]
+    # An outcome that bypassed sanitising: PostgreSQL refuses NUL in text.
+    poisoned = Outcome(claims[2].id, claims[2].execution_id, JobStatus.FAILED, error_code="X", error="a\x00b")
+    outcomes._write([*good, poisoned], by_id, "w-1")
+
+    entries = [json.loads(line) for line in json_lines.getvalue().splitlines()]
+    (batch,) = [e for e in entries if e["message"].startswith("a batch of 3 outcome(s) was refused")]
+    assert batch["job_ids"] == [c.id for c in claims] and batch["worker_id"] == "w-1"
+    assert "Traceback" in batch["exception"] and "a\x00b" not in json_lines.getvalue()
+    (refused,) = [e for e in entries if e["message"].startswith("outcome refused by the database")]
+    assert {k: refused[k] for k in FIVE} == {
+        "job_id": claims[2].id, "job_type": "test.noop", "job_queue": "default",
+        "job_attempt": claims[2].attempt, "execution_id": str(claims[2].execution_id),
+    }  # fmt: skip
