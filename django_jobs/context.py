@@ -79,6 +79,10 @@ class Lease:
     cancel_requested: bool = False
     #: The execution committed a mark before an external call (``ctx.external_call``).
     marked_call: bool = False
+    #: The execution this lease is held for and the worker running it: what its log lines
+    #: name (see logs.py); None for a lease made without a claim.
+    claim: transitions.Claim | None = field(default=None, repr=False)
+    worker_id: str | None = None
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def start(self) -> None:

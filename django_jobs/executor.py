@@ -29,6 +29,7 @@ from typing import Any
 
 from django.db import DatabaseError, connections
 
+from django_jobs import logs
 from django_jobs.conf import jobs_settings
 from django_jobs.context import JobContext, Lease, LeaseLost, SideWriter
 from django_jobs.decision import Happened, happened_for
@@ -105,7 +106,7 @@ def run(
     except BaseException as exc:  # SystemExit, KeyboardInterrupt, CancelledError: still an outcome
         if reraise_base and not isinstance(exc, Exception):
             raise
-        finished = _failure(claim, exc, started)
+        finished = _failure(claim, exc, started, lease.worker_id)
     finally:
         lease.done = True
     if finished.happened is not None and lease.lost:
@@ -113,7 +114,10 @@ def run(
     if finished.happened is None:
         # The job was taken over: its state belongs to the new owner, and the guarded write
         # would be refused anyway.
-        logger.warning("lease lost id=%s execution=%s type=%s", claim.id, claim.execution_id, claim.type)
+        logger.warning(
+            "lease lost id=%s execution=%s type=%s", claim.id, claim.execution_id, claim.type,
+            extra=logs.claim_fields(claim, lease.worker_id),
+        )  # fmt: skip
         return finished
     return dataclasses.replace(finished, marked_call=True) if lease.marked_call else finished
 
@@ -136,7 +140,7 @@ def _run(claim: Claim, lease: Lease, side_writer: SideWriter | None, started: fl
         side_writer=side_writer,
         external_calls=job_type.external_calls,
     )
-    reconciled = _reconcile(claim, job_type, ctx, payload, started)
+    reconciled = _reconcile(claim, job_type, ctx, payload, started, lease.worker_id)
     if reconciled is not None:
         return reconciled
     # A value that cannot be stored raises InvalidResult here: the job fails, the worker goes on.
@@ -156,14 +160,14 @@ async def _awaited(awaitable: Any) -> Any:
     return await awaitable
 
 
-def _failure(claim: Claim, exc: BaseException, started: float) -> Finished:
+def _failure(claim: Claim, exc: BaseException, started: float, worker_id: str | None) -> Finished:
     ran_for = time.perf_counter() - started
     if isinstance(exc, LeaseLost):
         return Finished(claim, None, ran_for=ran_for)
     if _caused_by_unreachable_database(exc) and not _jobs_connection_sound():
         logger.warning(
             "connection to the jobs database lost during job id=%s type=%s: not counted as its failure",
-            claim.id, claim.type,
+            claim.id, claim.type, extra=logs.claim_fields(claim, worker_id),
         )  # fmt: skip
         code = ErrorCode.DATABASE_UNAVAILABLE
         return Finished(claim, Happened.OUTAGE, code, describe(exc), ran_for=ran_for)
@@ -196,7 +200,12 @@ def _caused_by_unreachable_database(exc: BaseException) -> bool:
 
 
 def _reconcile(
-    claim: Claim, job_type: JobType, ctx: JobContext, payload: dict[str, Any], started: float
+    claim: Claim,
+    job_type: JobType,
+    ctx: JobContext,
+    payload: dict[str, Any],
+    started: float,
+    worker_id: str | None,
 ) -> Finished | None:
     """Ask the type whether an ambiguous previous attempt did its effect; None: run the handler."""
     if job_type.reconcile is None or claim.last_error_code not in AMBIGUOUS_CODES:
@@ -204,7 +213,10 @@ def _reconcile(
     answer = call(job_type.reconcile, ctx, payload)
     if not isinstance(answer, Reconciliation):
         raise TypeError(f"reconcile of {claim.type!r} must return a Reconciliation, not {answer!r}")
-    logger.info("job reconciled id=%s type=%s answer=%s", claim.id, claim.type, answer.value)
+    logger.info(
+        "job reconciled id=%s type=%s answer=%s", claim.id, claim.type, answer.value,
+        extra=logs.claim_fields(claim, worker_id),
+    )  # fmt: skip
     details = json.dumps({"answer": answer.value, "previous_error": claim.last_error_code})
     ran_for = time.perf_counter() - started
     if answer is Reconciliation.DONE:

@@ -25,7 +25,7 @@ from typing import Any, TypeVar
 
 from django.db import connections
 
-from django_jobs import transitions
+from django_jobs import logs, transitions
 from django_jobs.conf import jobs_settings
 from django_jobs.context import Lease
 from django_jobs.errors import DATABASE_UNAVAILABLE
@@ -86,7 +86,7 @@ class Heartbeat:
                 self._warned_deadline.add(id(lease))
                 logger.warning(
                     "job past its deadline id=%s execution=%s: its lease is no longer extended",
-                    lease.job_id, lease.execution_id,
+                    lease.job_id, lease.execution_id, extra=logs.lease_fields(lease),
                 )  # fmt: skip
         due = [(lease, lease.beat(now)) for lease in leases if lease.beat_due(now)]
         if not due:
@@ -95,7 +95,12 @@ class Heartbeat:
         for lease, beat in due:
             lease.record_beat(lease.job_id in owned, owned.get(lease.job_id, False), now, beat)
             if lease.job_id not in owned:
-                logger.warning("lease lost id=%s execution=%s", lease.job_id, lease.execution_id)
+                logger.warning(
+                    "lease lost id=%s execution=%s",
+                    lease.job_id,
+                    lease.execution_id,
+                    extra=logs.lease_fields(lease),
+                )
         return len(owned)
 
     def _tick(self) -> float:

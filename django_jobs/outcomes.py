@@ -15,11 +15,11 @@ import functools
 import json
 import logging
 import random
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from django.db import DatabaseError
 
-from django_jobs import signals, transitions
+from django_jobs import logs, signals, transitions
 from django_jobs.backoff import Backoff, Random
 from django_jobs.conf import jobs_settings
 from django_jobs.decision import MAX_RETRY_DELAY, Happened, Situation, decide
@@ -40,14 +40,20 @@ logger = logging.getLogger("django_jobs.outcomes")
 SUCCESS = decide(Situation(Happened.COMPLETED, 1, 1), lambda: Backoff())
 
 
-def outcome_for(finished: Finished, cancel_requested: bool = False, rng: Random = random.random) -> Outcome:
-    """The write that ends ``finished``'s execution, as the decision says."""
+def outcome_for(
+    finished: Finished,
+    cancel_requested: bool = False,
+    rng: Random = random.random,
+    worker_id: str | None = None,
+) -> Outcome:
+    """The write that ends ``finished``'s execution (run by worker ``worker_id``), as the
+    decision says."""
     claim = finished.claim
     assert finished.happened is not None, "a lost execution has nothing to write"
     if finished.happened is Happened.COMPLETED:
         # The attempt is counted by the write itself if no heartbeat recorded its start.
         if logger.isEnabledFor(logging.DEBUG):  # runjobs -v 2: every job, one line each
-            _log(finished, SUCCESS.status, None, 0.0)
+            _log(finished, SUCCESS.status, None, 0.0, worker_id)
         return Outcome(
             claim.id, claim.execution_id, SUCCESS.status, ran_for=finished.ran_for, result=finished.result
         )
@@ -78,7 +84,7 @@ def outcome_for(finished: Finished, cancel_requested: bool = False, rng: Random 
         details = json.dumps({"retry_in": round(delay, 3), **exception})
     elif decision.status == JobStatus.FAILED and finished.happened is not Happened.LOST:
         details = json.dumps({"reason": decision.reason, **exception})
-    _log(finished, decision.status, code, delay)
+    _log(finished, decision.status, code, delay, worker_id)
     completed = decision.status == JobStatus.COMPLETED
     return Outcome(
         job_id=claim.id,
@@ -98,30 +104,36 @@ def outcome_for(finished: Finished, cancel_requested: bool = False, rng: Random 
 
 
 def write(
-    finished: Sequence[Finished], cancel_requested: set[int] | frozenset[int] = frozenset()
+    finished: Sequence[Finished],
+    cancel_requested: set[int] | frozenset[int] = frozenset(),
+    worker_id: str | None = None,
 ) -> dict[int, str]:
     """Write the outcomes of ``finished`` executions; return ``{job id: status written}``.
 
     A job missing from the result was taken over by another execution (its lease was lost).
     Raises only when the jobs database is unreachable (the caller keeps the batch and retries).
     """
-    return {job_id: str(outcome.status) for job_id, outcome in record(finished, cancel_requested).items()}
+    written = record(finished, cancel_requested, worker_id)
+    return {job_id: str(outcome.status) for job_id, outcome in written.items()}
 
 
 def record(
-    finished: Sequence[Finished], cancel_requested: set[int] | frozenset[int] = frozenset()
+    finished: Sequence[Finished],
+    cancel_requested: set[int] | frozenset[int] = frozenset(),
+    worker_id: str | None = None,
 ) -> dict[int, Outcome]:
     """Write the outcomes of ``finished`` executions, like :func:`write`, and return
-    ``{job id: the outcome written}``."""
+    ``{job id: the outcome written}``. ``worker_id`` names the worker in the log lines."""
     live = [f for f in finished if f.happened is not None]
     by_id = {f.claim.id: f for f in live}
-    outcomes = [outcome_for(f, f.claim.id in cancel_requested) for f in live]
-    written = _write(outcomes)
+    outcomes = [outcome_for(f, f.claim.id in cancel_requested, worker_id=worker_id) for f in live]
+    written = _write(outcomes, by_id, worker_id)
     # A retry refused because a cancel request arrived since the decision: decide again.
     refused = [o.job_id for o in outcomes if o.job_id not in written and o.status == JobStatus.PENDING]
     again = transitions.cancel_requested_among(refused)
     if again:
-        written.update(_write([outcome_for(by_id[job_id], cancel_requested=True) for job_id in again]))
+        again_outcomes = [outcome_for(by_id[job_id], True, worker_id=worker_id) for job_id in again]
+        written.update(_write(again_outcomes, by_id, worker_id))
     return written
 
 
@@ -151,14 +163,21 @@ def _on_lost_in_call(type_name: str) -> str | None:
     return job_type.on_lost_in_call if job_type is not None else None
 
 
-def _write(outcomes: list[Outcome]) -> dict[int, Outcome]:
+def _write(
+    outcomes: list[Outcome], by_id: Mapping[int, Finished] | None = None, worker_id: str | None = None
+) -> dict[int, Outcome]:
+    """Write ``outcomes``; ``by_id`` (the executions they end) and ``worker_id`` name the jobs
+    in the log lines of a refused write."""
     try:
         ids = transitions.write_outcomes(outcomes)
         return {o.job_id: o for o in outcomes if o.job_id in ids}
     except DATABASE_UNAVAILABLE:
         raise
     except DatabaseError:
-        logger.exception("a batch of %s outcome(s) was refused; writing them one by one", len(outcomes))
+        logger.exception(
+            "a batch of %s outcome(s) was refused; writing them one by one", len(outcomes),
+            extra=logs.jobs_fields((o.job_id for o in outcomes), worker_id),
+        )  # fmt: skip
     written: dict[int, Outcome] = {}
     for outcome in outcomes:
         try:
@@ -167,17 +186,24 @@ def _write(outcomes: list[Outcome]) -> dict[int, Outcome]:
         except DATABASE_UNAVAILABLE:
             raise
         except DatabaseError as exc:
-            replacement = _write_refused(outcome, exc)
+            replacement = _write_refused(outcome, exc, _fields(outcome, by_id or {}, worker_id))
             if replacement is not None:
                 written[outcome.job_id] = replacement
     return written
 
 
-def _write_refused(outcome: Outcome, exc: DatabaseError) -> Outcome | None:
+def _fields(outcome: Outcome, by_id: Mapping[int, Finished], worker_id: str | None) -> dict[str, object]:
+    finished = by_id.get(outcome.job_id)
+    if finished is not None:
+        return logs.claim_fields(finished.claim, worker_id)
+    return logs.job_fields(outcome.job_id, "", None, None, outcome.execution_id, worker_id)
+
+
+def _write_refused(outcome: Outcome, exc: DatabaseError, fields: dict[str, object]) -> Outcome | None:
     """End the one job whose outcome the database refused, with a plain, storable error."""
     logger.error(
         "outcome refused by the database id=%s status=%s: %s; the job ends failed (%s)",
-        outcome.job_id, outcome.status, type(exc).__name__, ErrorCode.OUTCOME_INVALID,
+        outcome.job_id, outcome.status, type(exc).__name__, ErrorCode.OUTCOME_INVALID, extra=fields,
     )  # fmt: skip
     replacement = Outcome(
         job_id=outcome.job_id,
@@ -196,7 +222,7 @@ def _write_refused(outcome: Outcome, exc: DatabaseError) -> Outcome | None:
     except DATABASE_UNAVAILABLE:
         raise
     except DatabaseError:
-        logger.exception("could not end job id=%s; its lease decides", outcome.job_id)
+        logger.exception("could not end job id=%s; its lease decides", outcome.job_id, extra=fields)
         return None
 
 
@@ -210,21 +236,26 @@ def _number(value: object) -> float | None:
         return None
 
 
-def _log(finished: Finished, status: str, code: str | None, delay: float) -> None:
+def _log(finished: Finished, status: str, code: str | None, delay: float, worker_id: str | None) -> None:
     claim = finished.claim
     if status == JobStatus.COMPLETED:
+        # A completion is logged at DEBUG: its fields are built only when the line is written.
         if logger.isEnabledFor(logging.DEBUG):
             logger.debug(
                 "job completed id=%s type=%s attempt=%s/%s ran=%.3fs",
                 claim.id, claim.type, claim.attempt, claim.max_attempts, finished.ran_for or 0.0,
+                extra=logs.claim_fields(claim, worker_id),
             )  # fmt: skip
         return
     args = (claim.id, claim.type, claim.attempt, claim.max_attempts, code)
+    fields = logs.claim_fields(claim, worker_id)
     if finished.happened in (Happened.NOT_STARTED, Happened.OUTAGE):
-        logger.info("job released id=%s type=%s attempt=%s/%s code=%s → %s", *args, status)
+        logger.info("job released id=%s type=%s attempt=%s/%s code=%s → %s", *args, status, extra=fields)
     elif status == JobStatus.PENDING:
-        logger.info("job retry scheduled id=%s type=%s attempt=%s/%s code=%s in=%.1fs", *args, delay)
+        logger.info(
+            "job retry scheduled id=%s type=%s attempt=%s/%s code=%s in=%.1fs", *args, delay, extra=fields
+        )
     elif status in (JobStatus.FAILED, JobStatus.NEEDS_REVIEW):
-        logger.warning("job %s id=%s type=%s attempt=%s/%s code=%s", status, *args)
+        logger.warning("job %s id=%s type=%s attempt=%s/%s code=%s", status, *args, extra=fields)
     else:
-        logger.info("job %s id=%s type=%s attempt=%s/%s code=%s", status, *args)
+        logger.info("job %s id=%s type=%s attempt=%s/%s code=%s", status, *args, extra=fields)

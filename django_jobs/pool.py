@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 
 from django.db import connections
 
+from django_jobs import logs
 from django_jobs.context import Lease
 from django_jobs.decision import Happened
 from django_jobs.executor import Finished
@@ -158,13 +159,13 @@ class ExecutorPool:
                     del self._threads[slot]
                     logger.error(
                         "slot %s lost to a stuck job id=%s: %s stuck thread(s) carried already",
-                        slot, held.claim.id, len(self._stuck) - 1,
+                        slot, held.claim.id, len(self._stuck) - 1, extra=logs.lease_fields(held.lease),
                     )  # fmt: skip
         for held in declared:
             logger.error(
                 "job stuck past its deadline id=%s type=%s execution=%s: its lease runs out and "
                 "the reaper takes it back; a new thread takes its slot",
-                held.claim.id, held.claim.type, held.claim.execution_id,
+                held.claim.id, held.claim.type, held.claim.execution_id, extra=logs.lease_fields(held.lease),
             )  # fmt: skip
         return declared
 
@@ -216,7 +217,9 @@ class ExecutorPool:
                 try:
                     finished = self._run(slot, held)
                 except BaseException as exc:  # execute() never raises; if it did, the slot lives on
-                    logger.exception("executor error id=%s", held.claim.id)
+                    logger.exception(
+                        "executor error id=%s", held.claim.id, extra=logs.lease_fields(held.lease)
+                    )
                     finished = Finished(
                         held.claim, Happened.RETRYABLE, "UNKNOWN", repr(exc)[:500], marked_call=None
                     )

@@ -41,6 +41,7 @@ from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
 from typing import Any
 
+from django_jobs import logs
 from django_jobs.context import Lease
 from django_jobs.decision import Happened
 from django_jobs.errors import ErrorCode
@@ -145,7 +146,10 @@ class ProcessPool(ExecutorPool):
         except (EOFError, OSError, BrokenPipeError):
             code = child.process.exitcode
             self._replace(slot)
-            logger.error("child process died running job id=%s type=%s exit=%s", claim.id, claim.type, code)
+            logger.error(
+                "child process died running job id=%s type=%s exit=%s", claim.id, claim.type, code,
+                extra=logs.lease_fields(lease),
+            )  # fmt: skip
             return Finished(
                 claim,
                 Happened.RETRYABLE,
@@ -166,7 +170,10 @@ class ProcessPool(ExecutorPool):
         return finished  # type: ignore[no-any-return]
 
     def _kill(self, slot: int, held: Held, happened: Happened, code: str, why: str) -> Finished:
-        logger.error("killing the child running job id=%s type=%s: %s", held.claim.id, held.claim.type, why)
+        logger.error(
+            "killing the child running job id=%s type=%s: %s", held.claim.id, held.claim.type, why,
+            extra=logs.lease_fields(held.lease),
+        )  # fmt: skip
         self._replace(slot)
         started = held.lease.started or time.monotonic()
         # Killed mid-run: whether it had marked an external call is the child's secret.
@@ -248,6 +255,7 @@ def _lease_terms(lease: Lease) -> dict[str, Any]:
         "timeout": lease.timeout,
         "counted": lease.counted,
         "claimed_db": lease.claimed_db,
+        "worker_id": lease.worker_id,
         # The child's clock: the claim happened this long ago.
         "claimed_ago": time.monotonic() - lease.claimed,
     }
@@ -285,7 +293,7 @@ def child_main(conn: Connection, cancel: Any, lost: Any, parent_pid: int) -> Non
             return
         claim, terms = message
         claimed_ago = terms.pop("claimed_ago")
-        lease = Lease(**terms, claimed=time.monotonic() - claimed_ago)
+        lease = Lease(**terms, claimed=time.monotonic() - claimed_ago, claim=claim)
         current[:] = [lease]
         finished = execute(claim, lease, side_writer=side_writer)
         current.clear()

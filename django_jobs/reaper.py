@@ -43,7 +43,7 @@ from typing import Any
 from django.db import connections
 from django.db.models.functions import Now
 
-from django_jobs import signals, transitions
+from django_jobs import logs, signals, transitions
 from django_jobs.backoff import Random
 from django_jobs.conf import jobs_settings
 from django_jobs.decision import Happened, Situation, decide
@@ -176,7 +176,7 @@ def recover_jobs(limit: int | None = None) -> list[Recovered]:
                 "job recovered id=%s type=%s lost_execution=%s worker=%s attempt=%s/%s → %s",
                 recovery.expired.id, recovery.expired.type, recovery.expired.execution_id,
                 recovery.expired.worker_id, recovery.attempts, recovery.expired.max_attempts,
-                recovery.status,
+                recovery.status, extra=_recovery_fields(recovery.expired),
             )  # fmt: skip
         _announce(done)
         recovered += [_recovered(r) for r in done]
@@ -185,6 +185,14 @@ def recover_jobs(limit: int | None = None) -> list[Recovered]:
         if len(done) < batch:
             break
     return recovered
+
+
+def _recovery_fields(expired: Expired) -> dict[str, object]:
+    """The fields of the lost execution: its attempt, its execution id, the worker that lost it."""
+    attempt = expired.attempts if expired.started else expired.attempts + 1
+    return logs.job_fields(
+        expired.id, expired.type, expired.queue, attempt, expired.execution_id, expired.worker_id
+    )
 
 
 def _recovered(recovery: Recovery) -> Recovered:

@@ -93,6 +93,15 @@ def sanitize(text: str) -> str:
     return text
 
 
+_SECRET_KEY = re.compile(_SECRET_NAME, re.IGNORECASE)
+
+
+def is_secret_name(name: str) -> bool:
+    """Whether a key named ``name`` holds a secret (``password``, ``api_key``, ``auth_token``):
+    its value is redacted whatever it looks like."""
+    return _SECRET_KEY.fullmatch(name) is not None
+
+
 def truncate(text: str, limit: int) -> str:
     """Keep the head and the tail of a long text: the message and the innermost frames."""
     if len(text) <= limit:

@@ -20,13 +20,15 @@ import logging
 import threading
 import time
 from dataclasses import dataclass
+from typing import Any
 
 from django.db import connections, transaction
 
-from django_jobs import transitions
+from django_jobs import logs, transitions
 from django_jobs.conf import jobs_settings
 from django_jobs.enqueueing import enqueue
 from django_jobs.errors import DATABASE_UNAVAILABLE
+from django_jobs.models import Job
 from django_jobs.schedules import Schedule, declared_schedules
 
 logger = logging.getLogger("django_jobs.scheduler")
@@ -82,6 +84,7 @@ def fire(
     logger.info(
         "schedule tick %s schedule=%s tick=%s job=%s coalesced=%s",
         outcome, schedule.name, tick_at.isoformat(), job.id, coalesced,
+        extra=_enqueued_fields(job, worker_id),
     )  # fmt: skip
     return Fired(claimed.now, outcome, job.id)
 
@@ -177,5 +180,17 @@ def run_now(schedule: Schedule, *, actor: str, reason: str) -> int:
     with transaction.atomic(using=jobs_settings.DATABASE):
         job = enqueue(schedule.type, dict(schedule.payload), queue=schedule.queue, priority=schedule.priority)
         transitions.record_run_now(schedule.name, actor=actor, reason=reason, job_id=job.id)
-    logger.info("schedule run now schedule=%s job=%s actor=%s", schedule.name, job.id, actor)
+    logger.info(
+        "schedule run now schedule=%s job=%s actor=%s",
+        schedule.name,
+        job.id,
+        actor,
+        extra=_enqueued_fields(job, None),
+    )
     return job.id
+
+
+def _enqueued_fields(job: Job, worker_id: str | None) -> dict[str, Any]:
+    """The log fields of a schedule's job: it has no execution of its own yet (a tick skipped
+    for a job still running names that job's execution)."""
+    return logs.job_fields(job.id, job.type, job.queue, None, job.execution_id, worker_id)

@@ -43,6 +43,7 @@ from asgiref.sync import async_to_sync
 from django.db import connections, transaction
 from django.dispatch import Signal
 
+from django_jobs import logs
 from django_jobs.executor import describe
 from django_jobs.sanitize import storable_text
 
@@ -83,7 +84,22 @@ def send(signal: Signal, sender: type, *, about: str | None = None, **kwargs: An
                 "a %s receiver raised %s receiver=%s: %s; nothing was changed",
                 _NAMES.get(id(signal), "signal"), about,
                 getattr(receiver, "__qualname__", receiver), storable_text(describe(exc), 2000),
+                extra=_job_fields(kwargs),
             )  # fmt: skip
+
+
+def _job_fields(kwargs: dict[str, Any]) -> dict[str, Any]:
+    """The log fields of the job a signal is about: its arguments name the execution, or carry
+    the job itself (``job_enqueued``: no execution yet); none for a task's signals."""
+    if "job_id" in kwargs:
+        return logs.job_fields(
+            kwargs["job_id"], kwargs.get("type", ""), kwargs.get("queue"), kwargs.get("attempt"),
+            kwargs.get("execution_id"), kwargs.get("worker_id"),
+        )  # fmt: skip
+    job = kwargs.get("job")
+    if job is not None and hasattr(job, "pk"):
+        return logs.job_fields(job.pk, job.type, job.queue, None, job.execution_id)
+    return {}
 
 
 def after_commit(using: str, action: Callable[[], None]) -> None:

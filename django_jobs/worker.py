@@ -87,8 +87,8 @@ _FINAL = ("completed", "failed", "skipped", "cancelled", "needs_review")
 _SUMMARY_ORDER = ("completed", "pending", "failed", "needs_review", "skipped", "cancelled")
 
 
-def lease_for(claim: Claim, job_type: JobType) -> Lease:
-    """The lease of a claimed execution, on its type's terms."""
+def lease_for(claim: Claim, job_type: JobType, worker_id: str | None = None) -> Lease:
+    """The lease of a claimed execution, on its type's terms, held by worker ``worker_id``."""
     return Lease(
         claim.id,
         claim.execution_id,
@@ -97,6 +97,8 @@ def lease_for(claim: Claim, job_type: JobType) -> Lease:
         timeout=job_type.timeout,
         counted=claim.counted,
         claimed_db=claim.claimed_at,
+        claim=claim,
+        worker_id=worker_id,
     )
 
 
@@ -325,6 +327,7 @@ class Worker:
         logger.info(
             "worker stopped id=%s: %s; %s lease(s) lost, %s prefetched job(s) given back",
             self.worker_id, self.stats.describe(), self.stats.lost, self.stats.released,
+            extra=logs.worker_fields(self.worker_id),
         )  # fmt: skip
         return 0
 
@@ -335,11 +338,14 @@ class Worker:
         logger.info(
             "worker started%s id=%s queues=%s concurrency=%s pool=%s types=%s: %s",
             mode, self.worker_id, ",".join(self.queues) or "all", self.concurrency, self.pool,
-            len(types), listed or "none",
+            len(types), listed or "none", extra=logs.worker_fields(self.worker_id),
         )  # fmt: skip
         changed = logs.changed_settings(getattr(settings, "DJANGO_JOBS", {}) or {})
         if changed:
-            logger.info("settings that differ from the defaults: %s", ", ".join(changed))
+            logger.info(
+                "settings that differ from the defaults: %s", ", ".join(changed),
+                extra=logs.worker_fields(self.worker_id),
+            )  # fmt: skip
 
     def stop(self, abort: bool = False, reason: str = "asked to stop") -> None:
         """Ask the worker to stop claiming (and, with ``abort``, to stop waiting for its jobs)."""
@@ -444,8 +450,9 @@ class Worker:
         held = self._pool.take_buffered_of(paused) if paused else []
         if held:
             logger.info(
-                "giving back %s prefetched job(s) of paused queue(s) %s", len(held), ",".join(sorted(paused))
-            )
+                "giving back %s prefetched job(s) of paused queue(s) %s", len(held), ",".join(sorted(paused)),
+                extra=logs.jobs_fields((h.claim.id for h in held), self.worker_id),
+            )  # fmt: skip
             self._give_back(held)
 
     def _nothing_active(self) -> bool:
@@ -467,7 +474,7 @@ class Worker:
         buffered, running, _ = self._pool.counts()
         logger.info(
             "last %.0fs: %s, %.1f/s; holding %s", elapsed, self.stats.describe(since),
-            sum(since.values()) / elapsed, buffered + running,
+            sum(since.values()) / elapsed, buffered + running, extra=logs.worker_fields(self.worker_id),
         )  # fmt: skip
 
     def _claim_if_room(self) -> int:
@@ -510,7 +517,7 @@ class Worker:
         return len(claims)
 
     def _lease_for(self, claim: Claim) -> Lease:
-        return lease_for(claim, self.job_types[claim.type])
+        return lease_for(claim, self.job_types[claim.type], self.worker_id)
 
     def _claim_target(self) -> int:
         """How many jobs to hold: one per live slot, plus what the slots that should free up
@@ -531,7 +538,10 @@ class Worker:
         """Give back buffered jobs no slot took in time, and notice stuck slots."""
         overdue = self._pool.take_buffered(older_than=self._buffer_wait)
         if overdue:
-            logger.info("giving back %s prefetched job(s) no slot took in time", len(overdue))
+            logger.info(
+                "giving back %s prefetched job(s) no slot took in time", len(overdue),
+                extra=logs.jobs_fields((h.claim.id for h in overdue), self.worker_id),
+            )  # fmt: skip
             self._give_back(overdue)
         self.stats.stuck += len(self._pool.replace_stuck())
 
@@ -567,6 +577,7 @@ class Worker:
                         "database unavailable for outcomes, retrying in %.1fs: %s",
                         db_retry,
                         type(exc).__name__,
+                        extra=logs.worker_fields(self.worker_id),
                     )
                     connections[jobs_settings.DATABASE].close()
                     self._writer_done.wait(db_retry)
@@ -575,7 +586,7 @@ class Worker:
                 if wrote and not self._pool.any_running():
                     self._wake.set()  # the main thread may be waiting for the last outcome
         except Exception:  # a bug of ours: the main thread's final flushes still write them
-            logger.exception("the outcome writer stopped")
+            logger.exception("the outcome writer stopped", extra=logs.worker_fields(self.worker_id))
         finally:
             connections.close_all()
 
@@ -596,7 +607,7 @@ class Worker:
             batch, self._finished, self._oldest_finished_at = self._finished, [], None
             self._writing += 1
         try:
-            written = outcomes.record(batch)  # job id → the outcome written
+            written = outcomes.record(batch, worker_id=self.worker_id)  # job id → the outcome written
         except DatabaseError:  # only the unreachable database gets here: keep them for later
             with self._lock:
                 self._finished[:0] = batch
@@ -618,12 +629,16 @@ class Worker:
                 logger.warning(
                     "outcome discarded, lease lost id=%s execution=%s",
                     finished.claim.id, finished.claim.execution_id,
+                    extra=logs.claim_fields(finished.claim, self.worker_id),
                 )  # fmt: skip
         self.stats.last_outcome_at = time.monotonic()
         return len(batch)
 
     def _database_unavailable(self, exc: Exception, wait: float) -> float:
-        logger.warning("database unavailable, retrying in %.1fs: %s", wait, type(exc).__name__)
+        logger.warning(
+            "database unavailable, retrying in %.1fs: %s", wait, type(exc).__name__,
+            extra=logs.worker_fields(self.worker_id),
+        )  # fmt: skip
         connections[jobs_settings.DATABASE].close()
         self._stopping.wait(wait)
         return min(_DB_RETRY_MAX, wait * 2)
@@ -661,7 +676,7 @@ class Worker:
             # after all: write its outcome here; the guarded write lands only if its lease
             # was not taken over meanwhile.
             with contextlib.suppress(DatabaseError):
-                written = outcomes.record([finished])
+                written = outcomes.record([finished], worker_id=self.worker_id)
                 outcomes.announce([finished], written, self.worker_id)
                 self.stats.outcomes.update(str(o.status) for o in written.values())
 
@@ -687,7 +702,11 @@ class Worker:
             wait = self._outage_wait
             self._outage_wait = min(_DB_RETRY_MAX, wait * 2)
             self._outage_until = max(self._outage_until, time.monotonic() + wait)
-        logger.warning("jobs database refused an executor: no claims for %.1fs", wait)
+        logger.warning(
+            "jobs database refused an executor: no claims for %.1fs",
+            wait,
+            extra=logs.worker_fields(self.worker_id),
+        )
 
     def _running_leases(self) -> list[Lease]:
         return self._pool.running_leases()
@@ -713,6 +732,7 @@ class Worker:
         logger.info(
             "worker stopping id=%s: %s%s", self.worker_id, self.stop_reason or "asked to stop",
             f"; {running} running job(s) get {self.grace:g}s to finish" if running else "",
+            extra=logs.worker_fields(self.worker_id),
         )  # fmt: skip
         deadline = time.monotonic() + self.grace
         interrupted = False
@@ -729,7 +749,10 @@ class Worker:
                     self._abandon(self._pool.running_jobs())
                     break
                 interrupted = True
-                logger.warning("grace period over: killing the processes of %s running job(s)", running)
+                logger.warning(
+                    "grace period over: killing the processes of %s running job(s)", running,
+                    extra=logs.jobs_fields((h.claim.id for h in self._pool.running_jobs()), self.worker_id),
+                )  # fmt: skip
             # While the database is away, outcomes wait in memory; the last flush below reports.
             with contextlib.suppress(*DATABASE_UNAVAILABLE):
                 self._flush(force=True)
@@ -763,6 +786,7 @@ class Worker:
         logger.warning(
             "grace period over with %s job(s) still running (%s): left to their leases",
             len(jobs), ", ".join(str(h.claim.id) for h in jobs),
+            extra=logs.jobs_fields((h.claim.id for h in jobs), self.worker_id),
         )  # fmt: skip
         if self.exits_after_run:
             with contextlib.suppress(DatabaseError):
@@ -793,6 +817,7 @@ class Worker:
                     logger.error(
                         "could not write %s outcome(s); the reaper will recover those jobs",
                         len(self._finished),
+                        extra=logs.jobs_fields((f.claim.id for f in self._finished), self.worker_id),
                     )
                     return
                 wait = self._database_unavailable(exc, wait)
@@ -823,6 +848,7 @@ class Worker:
                 "no new claims, finishing running jobs"
                 if self._signals == 1
                 else "stop waiting for running jobs and exit",
+                extra=logs.worker_fields(self.worker_id),
             )
 
         signal.signal(signal.SIGTERM, handle)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import django
@@ -124,3 +125,8 @@ if env("DJANGO_JOBS_LOG_LEVEL", default=None):
         "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
         "loggers": {"django_jobs": {"handlers": ["console"], "level": env("DJANGO_JOBS_LOG_LEVEL")}},
     }
+
+# A whole LOGGING dict as JSON text: the structured-log tests give a real worker the one
+# docs/workers.md shows. It wins over DJANGO_JOBS_LOG_LEVEL.
+if env("DJANGO_JOBS_LOGGING", default=None):
+    LOGGING = json.loads(env("DJANGO_JOBS_LOGGING"))

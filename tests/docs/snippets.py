@@ -91,3 +91,15 @@ def all_blocks() -> list[Block]:
 
 def python_blocks() -> list[Block]:
     return [block for block in all_blocks() if block.lang in PYTHON]
+
+
+def documented_logging() -> dict[str, object]:
+    """The ``LOGGING`` of docs/workers.md's *Structured logs*, as its block defines it."""
+    document = ROOT / "docs" / "workers.md"
+    found = [b for b in blocks(document) if b.file == "settings.py" and "LOGGING = " in b.code]
+    assert len(found) == 1, f"{document.name}: expected one settings block with LOGGING, found {len(found)}"
+    namespace: dict[str, object] = {}
+    exec(found[0].compiled(), namespace)
+    config = namespace["LOGGING"]
+    assert isinstance(config, dict)
+    return config
