@@ -251,10 +251,14 @@ def test_the_job_page_says_why_a_job_is_not_running(
     )  # fmt: skip
     assert 'data-reason="claimable"' in panel(due) and "web-1:42 could" in panel(due)
     later = JobFactory(available_at=timezone.now() + dt.timedelta(hours=2))
-    assert 'data-reason="delayed"' in panel(later) and "It was enqueued to run later: it is due in" in panel(later)
+    assert 'data-reason="delayed"' in panel(later) and "It was enqueued to run later: it is due in" in panel(
+        later
+    )
     foreign = JobFactory(type="billing.unknown_here", available_at=timezone.now() - dt.timedelta(seconds=5))
     assert "runs job type billing.unknown_here" in panel(foreign)
-    newer = JobFactory(type="test.versioned", version=4, available_at=timezone.now() - dt.timedelta(seconds=5))
+    newer = JobFactory(
+        type="test.versioned", version=4, available_at=timezone.now() - dt.timedelta(seconds=5)
+    )
     assert "payload version 4 is newer than any live worker of queue default reads" in panel(newer)
     paused = JobFactory(queue="reports", available_at=timezone.now() - dt.timedelta(seconds=5))
     pause_queue("reports", actor="ops", reason="maintenance")
