@@ -11,13 +11,14 @@ from io import StringIO
 
 import pytest
 from django.core.management import call_command
-from django.test import override_settings
+from django.test import Client, override_settings
 from django.utils import timezone
 from health_check.exceptions import ServiceUnavailable, ServiceWarning
 
 from django_jobs import pause_queue, transitions
 from django_jobs.findings import find
 from django_jobs.health import JobsHealthCheck
+from django_jobs.models import Job
 from django_jobs.registry import registry
 from tests.factories import JobFactory
 from tests.process.workers import ROOT
@@ -111,6 +112,20 @@ def test_the_health_check_reports_an_old_backlog_as_unavailable() -> None:
     # As django-health-check runs it: on a thread of its executor, with its own connection.
     result = asyncio.run(JobsHealthCheck().get_result())
     assert isinstance(result.error, ServiceUnavailable) and "queue diag" in str(result.error)
+
+
+def test_the_health_endpoint_answers_500_for_an_old_backlog_and_200_once_it_is_gone(client: Client) -> None:
+    live_worker()
+    due(7200)
+    with override_settings(DJANGO_JOBS=THRESHOLDS):
+        answer = client.get("/health/", headers={"accept": "application/json"})
+        assert answer.status_code == 500
+        [(check, message)] = answer.json().items()
+        assert check == "JobsHealthCheck(warnings_fail=False)"
+        assert message.startswith("Unavailable: queue diag: its oldest due job has waited 720")
+        Job.objects.filter(queue=QUEUE).update(status="completed", finished_at=timezone.now())
+        answer = client.get("/health/", headers={"accept": "application/json"})
+        assert (answer.status_code, answer.json()) == (200, {check: "OK"})
 
 
 def test_the_health_check_passes_warnings_unless_told_to_fail_on_them() -> None:
