@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import datetime as dt
 import enum
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -427,7 +428,7 @@ def _seconds(worker: LiveWorker, now: dt.datetime) -> int:
     return int(worker.silent_seconds(now))
 
 
-def _names(workers: list[LiveWorker], note: Any = None) -> str:
+def _names(workers: list[LiveWorker], note: Callable[[LiveWorker], str] | None = None) -> str:
     shown = [f"{w.worker_id} ({note(w)})" if note else w.worker_id for w in workers[:MAX_NAMED]]
     more = f" and {len(workers) - MAX_NAMED} more" if len(workers) > MAX_NAMED else ""
     return ", ".join(shown) + more
