@@ -39,10 +39,10 @@ from django.utils.html import format_html
 from django.utils.http import urlencode
 from django.views.decorators.http import require_http_methods
 
-from django_jobs import dashboard, masking, queues, transitions
+from django_jobs import dashboard, diagnosis, masking, queues, transitions
 from django_jobs.conf import jobs_settings
 from django_jobs.models import ExternalCall, Job, JobEvent, Queue
-from django_jobs.registry import QUEUE_RE, registry
+from django_jobs.registry import QUEUE_RE
 from django_jobs.states import JobStatus
 
 if TYPE_CHECKING:  # the admin classes are generic only for the type checker
@@ -321,8 +321,7 @@ class JobAdmin(ModelAdmin):
     change_list_template = "admin/django_jobs/job/change_list.html"
     change_form_template = "admin/django_jobs/job/change_form.html"
     fieldsets = (
-        (None, {"fields": ("id", "type", "queue", "status", "claimable_now", "priority", "version",
-                           "unique_key")}),
+        (None, {"fields": ("id", "type", "queue", "status", "priority", "version", "unique_key")}),
         ("Attempts", {"fields": ("attempts", "max_attempts", "manual_retries", "retried_by", "retried_at")}),
         (
             "Execution",
@@ -468,16 +467,6 @@ class JobAdmin(ModelAdmin):
             )  # fmt: skip
         return str(done)
 
-    @admin.display(description="claimable now")
-    def claimable_now(self, job: Job) -> str:
-        """For a pending job: whether a worker would claim it now, by the claim's own rule
-        (``Job.objects.claimable()``, with this process's job types), and if not, why."""
-        if job.status != JobStatus.PENDING:
-            return "—"
-        if Job.objects.claimable().filter(id=job.id).exists():
-            return "yes: a worker serving its queue takes it, after the jobs before it (priority, then age)"
-        return "no: " + "; ".join(_why_not_claimable(job))
-
     @admin.display(description="heartbeat")
     def heartbeat_age(self, job: Job) -> str:
         if job.heartbeat_at is None or job.status != JobStatus.RUNNING:
@@ -500,6 +489,7 @@ class JobAdmin(ModelAdmin):
         if job is not None:
             context.update(self._history(request, job, int(before) if before else None))
             context["external_calls"] = _external_calls(job)
+            context["diagnosis"] = diagnosis.explain(job)
             context["job_actions"] = [
                 (action, self.action_url(action.name, [job.id]))
                 for action in self.allowed_actions(request)
@@ -740,25 +730,6 @@ def _external_calls(job: Job) -> list[CallShown]:
             state = "no end recorded: its execution was lost during the call"
         shown.append(CallShown(mark, current, state))
     return shown
-
-
-def _why_not_claimable(job: Job) -> list[str]:
-    """What keeps a pending job from the claim, as far as this process can tell."""
-    reasons = []
-    now = _database_now(job)
-    if job.available_at > now:
-        wait = _duration(job.available_at - now)
-        reasons.append(f"not due before {job.available_at:%Y-%m-%d %H:%M:%S} (in {wait})")
-    if Queue.objects.filter(name=job.queue, paused_at__isnull=False).exists():
-        reasons.append(f"its queue {job.queue} is paused")
-    job_type = registry.get(job.type)
-    if job_type is None:
-        reasons.append("no handler for its type in this process's code (workers of other code may have one)")
-    elif job.version > job_type.version:
-        reasons.append(f"its payload version {job.version} is newer than this code's ({job_type.version})")
-    elif job.version < job_type.oldest_readable_version:
-        reasons.append(f"no upcaster reaches its payload version {job.version}")
-    return reasons or ["its concurrency key, or its type's rate limit, is at its limit"]
 
 
 def _reason_problem(reason: str) -> str | None:

@@ -72,6 +72,7 @@ def check_settings(app_configs: Sequence[AppConfig] | None = None, **kwargs: Any
                 id="django_jobs.E006",
             )
         )
+    errors.extend(_check_health_thresholds(user))
     errors.extend(_check_patterns(user.get("SENSITIVE_PAYLOAD_KEYS", DEFAULTS["SENSITIVE_PAYLOAD_KEYS"])))
     errors.extend(_check_retention(user.get("RETENTION", DEFAULTS["RETENTION"])))
     if not isinstance(user.get("NOTIFY", DEFAULTS["NOTIFY"]), bool):
@@ -93,6 +94,31 @@ def _positive_number(value: Any) -> bool:
     if isinstance(value, bool) or not isinstance(value, int | float):
         return False
     return math.isfinite(value) and value > 0
+
+
+_HEALTH_THRESHOLDS = ("CHECK_OLDEST_DUE_WARNING", "CHECK_OLDEST_DUE_CRITICAL", "CHECK_STALE_REAPER_INTERVALS")
+
+
+def _check_health_thresholds(user: dict[str, Any]) -> list[CheckMessage]:
+    """The thresholds of ``checkjobs`` and the health check: read only when an alert is due,
+    so a typo must fail at start-up, not in the middle of an incident."""
+    values = {key: user.get(key, DEFAULTS[key]) for key in _HEALTH_THRESHOLDS}
+    errors: list[CheckMessage] = [
+        Error(f"DJANGO_JOBS[{key!r}] must be a finite number > 0 (seconds).", id="django_jobs.E040")
+        for key, value in values.items()
+        if not _positive_number(value)
+    ]
+    warning, critical = values["CHECK_OLDEST_DUE_WARNING"], values["CHECK_OLDEST_DUE_CRITICAL"]
+    if not errors and warning >= critical:
+        errors.append(
+            Error(
+                f"DJANGO_JOBS['CHECK_OLDEST_DUE_WARNING'] ({warning!r}) must be shorter than "
+                f"CHECK_OLDEST_DUE_CRITICAL ({critical!r}), or a backlog would turn critical "
+                "without a warning first.",
+                id="django_jobs.E041",
+            )
+        )
+    return errors
 
 
 def _check_retention(retention: Any) -> list[CheckMessage]:

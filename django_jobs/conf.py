@@ -53,6 +53,12 @@ Every key, its default and its meaning. Durations are seconds; floats are allowe
 ``SCHEDULE_TICK_RETENTION`` (30 days)
     How long the record of each schedule tick is kept; the latest tick of each schedule is
     always kept, since it is where the schedule resumes.
+``CHECK_OLDEST_DUE_WARNING`` (300.0), ``CHECK_OLDEST_DUE_CRITICAL`` (1800.0)
+    ``checkjobs`` and the health check report a queue whose oldest due job has waited longer
+    than these, as a warning and as critical (the warning must be the shorter).
+``CHECK_STALE_REAPER_INTERVALS`` (3.0)
+    A running job whose lease expired is a warning; one expired more than this many
+    ``REAPER_INTERVAL`` ago is critical: no reaper is running.
 ``RETENTION`` ({"completed": 7 days, "skipped": 7 days, "cancelled": 30 days, "failed": None})
     How long finished jobs are kept, per status; ``None`` keeps them forever.
 """
@@ -99,6 +105,9 @@ DEFAULTS: dict[str, Any] = {
     ),
     "SCHEDULES": {},
     "SCHEDULE_TICK_RETENTION": 30 * DAY,
+    "CHECK_OLDEST_DUE_WARNING": 300.0,
+    "CHECK_OLDEST_DUE_CRITICAL": 1800.0,
+    "CHECK_STALE_REAPER_INTERVALS": 3.0,
     "RETENTION": {"completed": 7 * DAY, "skipped": 7 * DAY, "cancelled": 30 * DAY, "failed": None},
 }
 
@@ -197,6 +206,18 @@ class Settings:
     @property
     def SENSITIVE_PAYLOAD_KEYS(self) -> tuple[str, ...]:
         return tuple(self._get("SENSITIVE_PAYLOAD_KEYS"))
+
+    @property
+    def CHECK_OLDEST_DUE_WARNING(self) -> float:
+        return float(self._get("CHECK_OLDEST_DUE_WARNING"))
+
+    @property
+    def CHECK_OLDEST_DUE_CRITICAL(self) -> float:
+        return float(self._get("CHECK_OLDEST_DUE_CRITICAL"))
+
+    @property
+    def CHECK_STALE_REAPER_INTERVALS(self) -> float:
+        return float(self._get("CHECK_STALE_REAPER_INTERVALS"))
 
     @property
     def RETENTION(self) -> dict[str, float | None]:

@@ -191,7 +191,7 @@ def build() -> Dashboard:
     workers = []
     for w in live:
         silent_seconds = (now - w.last_seen_at).total_seconds()
-        silent = silent_seconds > 3 * jobs_settings.HEARTBEAT_INTERVAL
+        silent = not w.is_alive(now)
         workers.append(
             {
                 "worker": w,

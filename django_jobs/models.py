@@ -8,6 +8,7 @@ Status writes do not go through these models: ``transitions.py`` is their only w
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Iterable
 from typing import Any
 
@@ -16,6 +17,7 @@ from django.db.models import BooleanField, Q
 from django.db.models.expressions import RawSQL
 from django.db.models.functions import Now
 
+from django_jobs.conf import jobs_settings
 from django_jobs.registry import QUEUE_PATTERN
 from django_jobs.states import ACTIVE_STATUSES, KEY_HOLDING_STATUSES, EventKind, JobStatus
 from django_jobs.transitions.claimable import CLAIM_ORDER, claim_filter, claim_inputs, positional
@@ -386,6 +388,16 @@ class ProcessedEffect(models.Model):
         return self.key
 
 
+#: A worker that has not reported for more than this many heartbeat intervals is silent: it
+#: was killed, froze or lost the database. The dashboard, diagnoses and ``checkjobs`` agree on it.
+SILENT_AFTER_BEATS = 3
+
+
+def silence_threshold() -> float:
+    """Seconds without a report after which a worker counts as silent, not alive."""
+    return SILENT_AFTER_BEATS * jobs_settings.HEARTBEAT_INTERVAL
+
+
 class LiveWorker(models.Model):
     """A ``runjobs`` process, as it last reported itself (every heartbeat interval).
 
@@ -402,12 +414,35 @@ class LiveWorker(models.Model):
     processed = models.PositiveBigIntegerField(default=0)
     started_at = models.DateTimeField(db_default=Now())
     last_seen_at = models.DateTimeField(db_default=Now())
+    #: The job types this worker's code runs, each with the newest payload version it reads:
+    #: ``{"documents.process": 2}``. Written once, with the worker's first report; NULL for a
+    #: worker that has not said (one of an older release): it may know any type.
+    job_types = models.JSONField(null=True, blank=True)
 
     class Meta:
         ordering = ("worker_id",)
 
     def __str__(self) -> str:
         return self.worker_id
+
+    def silent_seconds(self, now: dt.datetime) -> float:
+        """Seconds since its last report, by the database's clock ``now``."""
+        return max(0.0, (now - self.last_seen_at).total_seconds())
+
+    def is_alive(self, now: dt.datetime) -> bool:
+        return self.silent_seconds(now) <= silence_threshold()
+
+    def serves(self, queue: str) -> bool:
+        """Whether it claims from ``queue`` (a worker given no queue serves them all)."""
+        return not self.queues or queue in self.queues.split(",")
+
+    def reads(self, job_type: str) -> int | None:
+        """The newest payload version of ``job_type`` it reads; None if it does not run the type.
+        A worker that did not say what it runs may run anything: any version."""
+        if self.job_types is None:
+            return 2**31 - 1
+        version = self.job_types.get(job_type) if isinstance(self.job_types, dict) else None
+        return version if isinstance(version, int) else None
 
 
 class Queue(models.Model):

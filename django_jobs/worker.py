@@ -260,6 +260,7 @@ class Worker:
         self._avg_duration: float | None = None  # EWMA of handler run time, seconds
         self._outage_until = 0.0  # no claims before this (monotonic): the database refused us
         self._outage_wait = _DB_RETRY_FIRST
+        self._types_reported = False
         self._heartbeat = Heartbeat(self._running_leases, report=self._report_alive)
         self.pool = pool
         self._pool: ExecutorPool = (
@@ -794,7 +795,10 @@ class Worker:
 
     def _report_alive(self) -> None:
         buffered, running, _ = self._pool.counts()
+        # What this worker can run is said once, by its first report that gets through.
+        job_types = None if self._types_reported else {n: t.version for n, t in self.job_types.items()}
         transitions.report_worker(
+            job_types=job_types,
             worker_id=self.worker_id,
             hostname=socket.gethostname(),
             pid=os.getpid(),
@@ -804,6 +808,7 @@ class Worker:
             # dict.copy is one C call: safe while the main thread counts a new kind of outcome.
             processed=sum(dict.copy(self.stats.outcomes).values()),  # executions
         )
+        self._types_reported = True
 
     def _flush_patiently(self, until: float | None = None) -> None:
         """Write buffered outcomes, retrying while the database is away until ``until``."""

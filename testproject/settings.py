@@ -30,6 +30,7 @@ INSTALLED_APPS = [
     "testproject.demo",
     "testproject.testjobs",
     "testproject.shop",  # the example app of docs/quickstart.md; the docs' snippets use it
+    "health_check",  # the health check endpoint of docs/operations.md, with django_jobs' plugin
 ]
 
 MIDDLEWARE = [

@@ -1,7 +1,12 @@
 from django.contrib import admin
 from django.urls import include, path
+from health_check.views import HealthCheckView
 
 urlpatterns = [
     path("admin/", admin.site.urls),
     path("shop/", include("testproject.shop.urls")),  # the example shop's views (docs/testing.md)
+    # As docs/operations.md sets it up (*The health check plugin*).
+    path(
+        "health/", HealthCheckView.as_view(checks=["django_jobs.health.JobsHealthCheck"]), name="health_check"
+    ),
 ]

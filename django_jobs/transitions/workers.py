@@ -2,26 +2,33 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from django.db import connections
 
 from django_jobs.conf import jobs_settings
 
+# The job types ride along only until one report carried them (NULL afterwards): a heartbeat
+# stays a write of a few integers, and COALESCE keeps what the first report wrote.
 _REPORT_WORKER = """
 INSERT INTO django_jobs_liveworker
-    (worker_id, hostname, pid, queues, concurrency, running, processed, started_at, last_seen_at)
+    (worker_id, hostname, pid, queues, concurrency, running, processed, started_at, last_seen_at,
+     job_types)
 VALUES (%(worker_id)s, %(hostname)s, %(pid)s, %(queues)s, %(concurrency)s, %(running)s,
-        %(processed)s, now(), now())
+        %(processed)s, now(), now(), %(job_types)s::jsonb)
 ON CONFLICT (worker_id) DO UPDATE SET
-    running = EXCLUDED.running, processed = EXCLUDED.processed, last_seen_at = now()
+    running = EXCLUDED.running, processed = EXCLUDED.processed, last_seen_at = now(),
+    job_types = COALESCE(EXCLUDED.job_types, django_jobs_liveworker.job_types)
 """
 
 
-def report_worker(**fields: Any) -> None:
-    """Record that a worker process is alive, with what it holds and has done."""
+def report_worker(*, job_types: dict[str, int] | None = None, **fields: Any) -> None:
+    """Record that a worker process is alive, with what it holds and has done; with
+    ``job_types`` (type → newest payload version it reads), also what it can run."""
+    params = {**fields, "job_types": None if job_types is None else json.dumps(job_types, sort_keys=True)}
     with connections[jobs_settings.DATABASE].cursor() as cursor:
-        cursor.execute(_REPORT_WORKER, fields)
+        cursor.execute(_REPORT_WORKER, params)
 
 
 def forget_worker(worker_id: str) -> None:

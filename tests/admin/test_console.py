@@ -231,30 +231,40 @@ def test_the_job_page_shows_the_marks_of_its_external_calls(
     assert str(lost)[:8] in rows[2]
 
 
-def test_the_job_page_says_whether_a_pending_job_is_claimable_and_why_not(
+def test_the_job_page_says_why_a_job_is_not_running(
     login: Callable[[User | None], Client], superuser: User
 ) -> None:
-    from django_jobs import pause_queue
+    from django_jobs import pause_queue, transitions
 
     client = login(superuser)
 
-    def says(job: Job) -> str:
+    def panel(job: Job) -> str:
         page = client.get(f"{LIST}{job.id}/change/").content.decode()
-        return page[page.index("Claimable now") : page.index("Priority:")]
+        assert "Claimable now" not in page  # one answer, not two
+        return page[page.index('id="job-diagnosis"') : page.index("Priority:")]
 
     due = JobFactory(available_at=timezone.now() - dt.timedelta(seconds=5))
-    assert "yes: a worker serving its queue takes it" in says(due)
+    assert "No live worker serves its queue default" in panel(due)
+    transitions.report_worker(
+        worker_id="web-1:42", hostname="web-1", pid=42, queues="", concurrency=2, running=0, processed=0,
+        job_types={"test.noop": 1, "test.versioned": 3},
+    )  # fmt: skip
+    assert 'data-reason="claimable"' in panel(due) and "web-1:42 could" in panel(due)
     later = JobFactory(available_at=timezone.now() + dt.timedelta(hours=2))
-    assert "no: not due before" in says(later) and "(in 119m)" in says(later)
+    assert 'data-reason="delayed"' in panel(later) and "It was enqueued to run later: it is due in" in panel(
+        later
+    )
     foreign = JobFactory(type="billing.unknown_here", available_at=timezone.now() - dt.timedelta(seconds=5))
-    assert "no handler for its type in this process" in says(foreign)
-    a_while_ago = timezone.now() - dt.timedelta(seconds=5)
-    newer = JobFactory(type="test.versioned", version=4, available_at=a_while_ago)
-    assert "payload version 4 is newer than this code&#x27;s (3)" in says(newer)
-    pause_queue("reports", actor="ops", reason="maintenance")
+    assert "runs job type billing.unknown_here" in panel(foreign)
+    newer = JobFactory(
+        type="test.versioned", version=4, available_at=timezone.now() - dt.timedelta(seconds=5)
+    )
+    assert "payload version 4 is newer than any live worker of queue default reads" in panel(newer)
     paused = JobFactory(queue="reports", available_at=timezone.now() - dt.timedelta(seconds=5))
-    assert "its queue reports is paused" in says(paused)
-    assert "—" in says(JobFactory(failed=True))
+    pause_queue("reports", actor="ops", reason="maintenance")
+    assert "Its queue reports is paused, by ops" in panel(paused)
+    failed = panel(JobFactory(failed=True))
+    assert "What became of this job" in failed and "It failed at" in failed and "UNKNOWN" in failed
 
 
 def test_a_job_whose_type_marks_no_call_has_no_calls_section(

@@ -54,6 +54,11 @@ def test_valid_retention_and_queue_pass() -> None:
         ({"DEFAULT_QUEUE": "my queue"}, ["django_jobs.E014"]),
         ({"DEFAULT_QUEUE": 7}, ["django_jobs.E014"]),
         ({"NOTIFY": "no"}, ["django_jobs.E015"]),
+        ({"CHECK_OLDEST_DUE_WARNING": 0}, ["django_jobs.E040"]),
+        ({"CHECK_OLDEST_DUE_CRITICAL": "30m"}, ["django_jobs.E040"]),
+        ({"CHECK_STALE_REAPER_INTERVALS": float("inf")}, ["django_jobs.E040"]),
+        ({"CHECK_OLDEST_DUE_WARNING": 600, "CHECK_OLDEST_DUE_CRITICAL": 60}, ["django_jobs.E041"]),
+        ({"CHECK_OLDEST_DUE_WARNING": 1800}, ["django_jobs.E041"]),  # equal to the default critical
         ({"SENSITIVE_PAYLOAD_KEYS": "token"}, ["django_jobs.E011"]),  # a string, not a list of them
         ({"SENSITIVE_PAYLOAD_KEYS": ["card", "(unclosed"]}, ["django_jobs.E011"]),
         ({"SENSITIVE_PAYLOAD_KEYS": [3]}, ["django_jobs.E011"]),

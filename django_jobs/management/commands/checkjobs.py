@@ -1,0 +1,34 @@
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from django.core.management.base import BaseCommand
+
+from django_jobs.findings import find
+
+
+class Command(BaseCommand):
+    help = (
+        "Report old backlogs, queues no live worker serves and stale running jobs; exit 1 when a "
+        "finding is critical, 0 otherwise."
+    )
+
+    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("--json", action="store_true", help="Print the findings as JSON.")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        findings = find()
+        if options["json"]:
+            self.stdout.write(json.dumps([f.as_dict() for f in findings], indent=2, ensure_ascii=False))
+        else:
+            for finding in findings:
+                self.stdout.write(f"{finding.level.upper()}: {finding.message}")
+            if not findings:
+                self.stdout.write("OK: no backlog over its threshold, every busy queue served, no stale job")
+        if any(f.critical for f in findings):
+            # An exit status, not an exception: the output above is the report, not an error.
+            self.stdout.flush()
+            sys.exit(1)

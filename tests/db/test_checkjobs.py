@@ -1,0 +1,185 @@
+"""``manage.py checkjobs``, ``manage.py explainjob`` and the health check plugin, on real rows."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import json
+import subprocess
+import sys
+from io import StringIO
+
+import pytest
+from django.core.management import call_command
+from django.test import Client, override_settings
+from django.utils import timezone
+from health_check.exceptions import ServiceUnavailable, ServiceWarning
+
+from django_jobs import pause_queue, transitions
+from django_jobs.findings import find
+from django_jobs.health import JobsHealthCheck
+from django_jobs.models import Job
+from django_jobs.registry import registry
+from tests.factories import JobFactory
+from tests.process.workers import ROOT
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+QUEUE = "diag"
+THRESHOLDS = {"CHECK_OLDEST_DUE_WARNING": 300, "CHECK_OLDEST_DUE_CRITICAL": 1800, "REAPER_INTERVAL": 30}
+
+
+def live_worker(worker_id: str = "w1", queues: str = "") -> None:
+    transitions.report_worker(
+        worker_id=worker_id,
+        hostname="host",
+        pid=1,
+        queues=queues,
+        concurrency=4,
+        running=0,
+        processed=0,
+        job_types={t.name: t.version for t in registry.all()},
+    )
+
+
+def due(seconds_ago: float, **fields: object) -> None:
+    JobFactory(queue=QUEUE, available_at=timezone.now() - dt.timedelta(seconds=seconds_ago), **fields)
+
+
+def checkjobs(*args: str) -> tuple[int, str]:
+    out = StringIO()
+    try:
+        with override_settings(DJANGO_JOBS=THRESHOLDS):
+            call_command("checkjobs", *args, stdout=out)
+    except SystemExit as exc:
+        return int(exc.code or 0), out.getvalue()
+    return 0, out.getvalue()
+
+
+def test_nothing_wrong_says_ok_and_exits_zero() -> None:
+    live_worker()
+    due(5)
+    assert checkjobs() == (
+        0,
+        "OK: no backlog over its threshold, every busy queue served, no stale job\n",
+    )
+
+
+def test_an_old_backlog_is_a_warning_then_critical() -> None:
+    live_worker()
+    due(600)
+    code, out = checkjobs()
+    assert code == 0 and out.startswith("WARNING: queue diag: its oldest due job has waited 60")
+    due(7200, priority=-5)  # the oldest job hides behind a lower priority: still found
+    code, out = checkjobs()
+    assert code == 1 and out.startswith("CRITICAL: queue diag: its oldest due job has waited 720")
+
+
+def test_a_queue_with_due_jobs_and_no_live_worker_is_critical() -> None:
+    live_worker(queues="emails")
+    due(5)
+    JobFactory(queue="later", delayed=True)  # not due: nobody needs to serve it yet
+    code, out = checkjobs("--json")
+    findings = json.loads(out)
+    assert code == 1
+    assert [(f["level"], f["code"], f["queue"]) for f in findings] == [("critical", "no_worker", QUEUE)]
+
+
+def test_a_paused_queue_is_not_reported() -> None:
+    due(7200)
+    pause_queue(QUEUE, actor="ops", reason="maintenance")
+    assert checkjobs()[0] == 0
+
+
+def test_stale_running_jobs_are_a_warning_and_critical_when_no_reaper_runs() -> None:
+    live_worker()
+    JobFactory(
+        running=True, lease_expires_at=timezone.now() - dt.timedelta(seconds=5), heartbeat_at=timezone.now()
+    )
+    code, out = checkjobs()
+    assert code == 0 and out.startswith("WARNING: 1 running job(s) lost their lease")
+    JobFactory(running_stale=True)  # expired 59 minutes ago: over 3 × REAPER_INTERVAL
+    code, out = checkjobs()
+    assert code == 1 and "CRITICAL: 2 running job(s) lost their lease" in out
+    assert "no reaper is running" in out
+
+
+def test_the_health_check_reports_an_old_backlog_as_unavailable() -> None:
+    live_worker()
+    due(7200)
+    with override_settings(DJANGO_JOBS=THRESHOLDS), pytest.raises(ServiceUnavailable, match="oldest due job"):
+        JobsHealthCheck().run()
+    # As django-health-check runs it: on a thread of its executor, with its own connection.
+    result = asyncio.run(JobsHealthCheck().get_result())
+    assert isinstance(result.error, ServiceUnavailable) and "queue diag" in str(result.error)
+
+
+def test_the_health_endpoint_answers_500_for_an_old_backlog_and_200_once_it_is_gone(client: Client) -> None:
+    live_worker()
+    due(7200)
+    with override_settings(DJANGO_JOBS=THRESHOLDS):
+        answer = client.get("/health/", headers={"accept": "application/json"})
+        assert answer.status_code == 500
+        [(check, message)] = answer.json().items()
+        assert check == "JobsHealthCheck(warnings_fail=False)"
+        assert message.startswith("Unavailable: queue diag: its oldest due job has waited 720")
+        Job.objects.filter(queue=QUEUE).update(status="completed", finished_at=timezone.now())
+        answer = client.get("/health/", headers={"accept": "application/json"})
+        assert (answer.status_code, answer.json()) == (200, {check: "OK"})
+
+
+def test_the_health_check_passes_warnings_unless_told_to_fail_on_them() -> None:
+    live_worker()
+    due(600)
+    with override_settings(DJANGO_JOBS=THRESHOLDS):
+        JobsHealthCheck().run()
+        with pytest.raises(ServiceWarning, match="oldest due job"):
+            JobsHealthCheck(warnings_fail=True).run()
+        assert [f.code for f in find()] == ["oldest_due"]
+
+
+# ---- explainjob ---------------------------------------------------------------------------------------
+
+
+def explainjob(worker_env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "manage.py", "explainjob", *args],
+        cwd=ROOT,
+        env=worker_env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+def test_explainjob_prints_the_sentence_and_the_evidence(worker_env: dict[str, str]) -> None:
+    job = JobFactory(queue=QUEUE, delayed=True)
+    text = explainjob(worker_env, str(job.id))
+    assert text.returncode == 0, text.stderr
+    lines = text.stdout.splitlines()
+    assert lines[0] == f"job {job.id}: delayed"
+    assert lines[1].startswith("It was enqueued to run later: it is due in 59m")
+    assert any(line.split() == ["queue", "diag"] for line in lines[2:])
+    as_json = json.loads(explainjob(worker_env, str(job.id), "--json").stdout)
+    assert as_json["reason"] == "delayed" and {"label": "queue", "value": "diag"} in as_json["evidence"]
+
+
+@pytest.mark.parametrize(
+    ("arg", "message"),
+    [
+        ("abc", "'abc' is not a job id: give a positive whole number"),
+        ("-5", "'-5' is not a job id"),
+        ("0", "'0' is not a job id: ids run from 1 to 9223372036854775807"),
+        ("99999999999999999999", "ids run from 1 to 9223372036854775807"),
+    ],
+)
+def test_explainjob_refuses_what_is_not_a_job_id(worker_env: dict[str, str], arg: str, message: str) -> None:
+    result = explainjob(worker_env, "--", arg)
+    assert result.returncode == 2 and message in result.stderr and "Traceback" not in result.stderr
+
+
+def test_explainjob_says_a_missing_job_is_missing(worker_env: dict[str, str]) -> None:
+    result = explainjob(worker_env, "9223372036854775807")
+    assert result.returncode == 1
+    assert "no job has id 9223372036854775807" in result.stderr and "Traceback" not in result.stderr
