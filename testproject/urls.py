@@ -3,5 +3,6 @@ from django.urls import include, path
 
 urlpatterns = [
     path("admin/", admin.site.urls),
+    path("jobs/", include("django_jobs.urls")),  # /jobs/metrics (docs/operations.md)
     path("shop/", include("testproject.shop.urls")),  # the example shop's views (docs/testing.md)
 ]
