@@ -159,6 +159,12 @@ class Metrics:
             self.recovered.labels(job.type, job.status).inc()
 
 
+def disable_created_series() -> None:
+    """Leave out the ``_created`` series of counters and histograms (a worker's own process)."""
+    if AVAILABLE:
+        prometheus_client.disable_created_metrics()  # type: ignore[no-untyped-call]
+
+
 _metrics: Metrics | None = None
 _metrics_lock = threading.Lock()
 

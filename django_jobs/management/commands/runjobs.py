@@ -54,8 +54,8 @@ def port(value: str) -> int:
         number = int(value)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{value!r} is not a port number") from None
-    if not 1 <= number <= 65535:
-        raise argparse.ArgumentTypeError(f"{value!r} is not a port number (1 to 65535)")
+    if not 0 <= number <= 65535:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a port number (0 to 65535; 0 picks a free one)")
     return number
 
 
@@ -151,7 +151,8 @@ class Command(BaseCommand):
             default=None,
             metavar="PORT",
             help="Serve this worker's Prometheus metrics (/metrics) and its probes (/healthz, "
-            "/readyz) over HTTP on PORT. Needs prometheus-client (the prometheus extra).",
+            "/readyz) over HTTP on PORT (0: a free port, logged). Needs prometheus-client (the "
+            "prometheus extra).",
         )
         parser.add_argument(
             "--metrics-host",
@@ -233,6 +234,8 @@ class Command(BaseCommand):
                 raise CommandError(
                     "--metrics-port needs prometheus-client: pip install 'django-jobs-pg[prometheus]'"
                 )
+            # The _created series of every counter would double a worker's output for nothing.
+            metrics.disable_created_series()
             try:
                 server = ProbeServer(options["metrics_host"], options["metrics_port"])
             except ProbeError as exc:
