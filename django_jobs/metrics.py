@@ -16,9 +16,9 @@ prometheus-client's children, which this module caches by (type, queue).
 
 from __future__ import annotations
 
+import bisect
 import threading
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from django_jobs.decision import Happened
@@ -31,8 +31,9 @@ if TYPE_CHECKING:
 
 try:
     import prometheus_client
-    from prometheus_client import Counter, Histogram
-    from prometheus_client.core import GaugeMetricFamily
+    from prometheus_client import Counter
+    from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
+    from prometheus_client.utils import floatToGoString
 except ImportError:  # the extra is not installed: every hook is off
     prometheus_client = None  # type: ignore[assignment]
 
@@ -48,81 +49,91 @@ WAIT_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 360
 
 #: Executions that never ran their handler: released, not counted as outcomes.
 _UNSTARTED = (Happened.NOT_STARTED, Happened.OUTAGE)
-#: The outcomes counted by status, with the counter each goes to (retries and failures carry
-#: their error code; a job given back unstarted is not an outcome: it did not run).
-_BY_STATUS = {
-    "completed": "completed",
-    "skipped": "skipped",
-    "cancelled": "cancelled",
-    "needs_review": "needs_review",
-}
+#: Outcome statuses counted by (type, queue) alone; failures and retries carry their code.
+_PLAIN = ("completed", "skipped", "cancelled", "needs_review")
+_COUNTERS = (
+    ("started", "Executions started by this worker."),
+    ("completed", "Executions that ended completed."),
+    ("skipped", "Executions that ended skipped (SkipJob)."),
+    ("cancelled", "Executions that ended cancelled."),
+    ("needs_review", "Executions that ended parked for review."),
+    ("lost", "Executions whose outcome was discarded: their lease was taken over."),
+)
+_CODED = (
+    ("failed", "Executions that ended failed, by error code."),
+    ("retried", "Executions that ended with a retry scheduled, by error code."),
+)
+
+_HISTOGRAMS = (
+    ("run_seconds", "Run time of executions: the handler's start to its end."),
+    ("queue_wait_seconds", "Seconds from a job's available_at to the claim that starts it (database clock)."),
+)
 
 
-@dataclass(slots=True)
-class _Children:
-    """prometheus-client's children for one (type, queue), looked up once."""
+class _Histogram:
+    """Bucket counts as prometheus-client keeps them, without its locks per bucket."""
 
-    started: Any
-    wait: Any
-    run: Any
-    completed: Any
-    skipped: Any
-    cancelled: Any
-    needs_review: Any
+    __slots__ = ("bounds", "counts", "sum")
+
+    def __init__(self, bounds: tuple[float, ...]) -> None:
+        self.bounds = bounds
+        self.counts = [0] * (len(bounds) + 1)  # the last one is +Inf
+        self.sum = 0.0
+
+    def observe(self, value: float) -> None:
+        # `le` buckets: a value equal to a bound belongs to it, as bisect_left finds it.
+        self.counts[bisect.bisect_left(self.bounds, value)] += 1
+        self.sum += value
+
+    def cumulative(self) -> list[tuple[str, float]]:
+        total = 0
+        out: list[tuple[str, float]] = []
+        for bound, count in zip((*map(floatToGoString, self.bounds), "+Inf"), self.counts, strict=True):
+            total += count
+            out.append((bound, total))
+        return out
+
+
+class _Series:
+    """What one (type, queue) of a worker counted."""
+
+    __slots__ = ("counts", "run", "wait")
+
+    def __init__(self) -> None:
+        self.counts = dict.fromkeys((name for name, _ in _COUNTERS), 0)
+        self.run = _Histogram(RUN_BUCKETS)
+        self.wait = _Histogram(WAIT_BUCKETS)
 
 
 class Metrics:
-    """The event metrics of this process, registered once on prometheus-client's default
-    registry (so its multiprocess mode works for the web processes of gunicorn)."""
+    """The event metrics of this process.
+
+    Enqueues and recoveries are prometheus-client counters on its default registry (its
+    multiprocess mode then sums the enqueues of gunicorn's processes). Executions are counted
+    on the hot path of a worker, thousands a second: as plain numbers under one lock (a few
+    hundred nanoseconds), turned into metric families only when scraped.
+    """
 
     def __init__(self) -> None:
-        labels = ["type", "queue"]
-        coded = ["type", "queue", "code"]
         self.enqueued = Counter(
             f"{PREFIX}_enqueued",
             "Jobs enqueued (created: an enqueue deduplicated onto a job is not).",
-            labels,
-        )
-        self.started = Counter(f"{PREFIX}_started", "Executions started by this worker.", labels)
-        self.completed = Counter(f"{PREFIX}_completed", "Executions that ended completed.", labels)
-        self.failed = Counter(f"{PREFIX}_failed", "Executions that ended failed, by error code.", coded)
-        self.retried = Counter(f"{PREFIX}_retried", "Executions that ended with a retry scheduled.", coded)
-        self.skipped = Counter(f"{PREFIX}_skipped", "Executions that ended skipped (SkipJob).", labels)
-        self.cancelled = Counter(f"{PREFIX}_cancelled", "Executions that ended cancelled.", labels)
-        self.needs_review = Counter(
-            f"{PREFIX}_needs_review", "Executions that ended parked for review.", labels
-        )
-        self.lost = Counter(
-            f"{PREFIX}_lost", "Executions whose outcome was discarded: their lease was taken over.", labels
+            ["type", "queue"],
         )
         self.recovered = Counter(
             f"{PREFIX}_recovered", "Jobs the reaper took back from a lost execution, by the status given.",
             ["type", "status"],
         )  # fmt: skip
-        self.run_seconds = Histogram(
-            f"{PREFIX}_run_seconds", "Run time of executions: the handler's start to its end.", labels,
-            buckets=RUN_BUCKETS,
-        )  # fmt: skip
-        self.queue_wait_seconds = Histogram(
-            f"{PREFIX}_queue_wait_seconds",
-            "Seconds from a job's available_at to the claim that starts it (database clock).",
-            labels,
-            buckets=WAIT_BUCKETS,
-        )
-        self._children: dict[tuple[str, str], _Children] = {}
+        self._series: dict[tuple[str, str], _Series] = {}
+        self._coded: dict[tuple[str, str, str, str], int] = {}  # (counter, type, queue, code) → n
         self._lock = threading.Lock()
+        prometheus_client.REGISTRY.register(self)
 
-    def _of(self, type_name: str, queue: str) -> _Children:
-        children = self._children.get((type_name, queue))
-        if children is None:
-            with self._lock:
-                families = (
-                    self.started, self.queue_wait_seconds, self.run_seconds, self.completed,
-                    self.skipped, self.cancelled, self.needs_review,
-                )  # fmt: skip
-                children = _Children(*(family.labels(type_name, queue) for family in families))
-                self._children[(type_name, queue)] = children
-        return children
+    def _of(self, type_name: str, queue: str) -> _Series:
+        series = self._series.get((type_name, queue))
+        if series is None:
+            series = self._series.setdefault((type_name, queue), _Series())
+        return series
 
     # ---- hooks --------------------------------------------------------------------------------
 
@@ -130,33 +141,63 @@ class Metrics:
         self.enqueued.labels(type_name, queue).inc(count)
 
     def on_started(self, claim: Claim) -> None:
-        children = self._of(claim.type, claim.queue)
-        children.started.inc()
-        children.wait.observe(max(0.0, claim.waited))
+        series = self._of(claim.type, claim.queue)
+        with self._lock:
+            series.counts["started"] += 1
+            series.wait.observe(max(0.0, claim.waited))
 
     def on_finished(self, finished: Finished, outcome: Outcome | None) -> None:
         """One execution's outcome as written (None: lost, nothing was written)."""
-        claim = finished.claim
         if finished.happened in _UNSTARTED:
             return  # given back unstarted, or released in an outage: it did not run
-        children = self._of(claim.type, claim.queue)
-        if finished.ran_for is not None:
-            children.run.observe(finished.ran_for)
-        if outcome is None:
-            self.lost.labels(claim.type, claim.queue).inc()
-            return
-        status = str(outcome.status)
-        counter = _BY_STATUS.get(status)
-        if counter is not None:
-            getattr(children, counter).inc()
-        elif status == "failed":
-            self.failed.labels(claim.type, claim.queue, outcome.error_code or "UNKNOWN").inc()
-        elif status == "pending" and outcome.event == "retry_scheduled":
-            self.retried.labels(claim.type, claim.queue, outcome.error_code or "UNKNOWN").inc()
+        claim = finished.claim
+        series = self._of(claim.type, claim.queue)
+        status = "lost" if outcome is None else str(outcome.status)
+        with self._lock:
+            if finished.ran_for is not None:
+                series.run.observe(finished.ran_for)
+            if status in series.counts:
+                series.counts[status] += 1
+            elif outcome is not None and (
+                status == "failed" or (status == "pending" and outcome.event == "retry_scheduled")
+            ):
+                key = ("failed" if status == "failed" else "retried", claim.type, claim.queue,
+                       outcome.error_code or "UNKNOWN")  # fmt: skip
+                self._coded[key] = self._coded.get(key, 0) + 1
 
     def on_reaped(self, result: ReapResult) -> None:
         for job in result.jobs:
             self.recovered.labels(job.type, job.status).inc()
+
+    # ---- a scrape -----------------------------------------------------------------------------
+
+    def collect(self) -> Iterator[Any]:
+        """The executions' metric families (prometheus-client's collector protocol)."""
+        with self._lock:
+            counts = {key: dict(s.counts) for key, s in self._series.items()}
+            histograms = {
+                (name, key): (hist.cumulative(), hist.sum)
+                for key, s in self._series.items()
+                for name, hist in (("run_seconds", s.run), ("queue_wait_seconds", s.wait))
+            }
+            coded = dict(self._coded)
+        for name, text in _COUNTERS:
+            family = CounterMetricFamily(f"{PREFIX}_{name}", text, labels=["type", "queue"])
+            for (type_name, queue), counted in sorted(counts.items()):
+                family.add_metric([type_name, queue], counted[name])
+            yield family
+        for name, text in _CODED:
+            family = CounterMetricFamily(f"{PREFIX}_{name}", text, labels=["type", "queue", "code"])
+            for (counter, type_name, queue, code), n in sorted(coded.items()):
+                if counter == name:
+                    family.add_metric([type_name, queue, code], n)
+            yield family
+        for name, text in _HISTOGRAMS:
+            family_h = HistogramMetricFamily(f"{PREFIX}_{name}", text, labels=["type", "queue"])
+            for (hist_name, (type_name, queue)), (buckets, total) in sorted(histograms.items()):
+                if hist_name == name:
+                    family_h.add_metric([type_name, queue], buckets=buckets, sum_value=total)
+            yield family_h
 
 
 def disable_created_series() -> None:
