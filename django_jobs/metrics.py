@@ -47,8 +47,8 @@ RUN_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 
 #: makes it wait minutes or hours.
 WAIT_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600, 4 * 3600)
 
-#: Executions that never ran their handler: released, not counted as outcomes.
-_UNSTARTED = (Happened.NOT_STARTED, Happened.OUTAGE)
+#: Executions that never ran their handler (a prefetched job given back): not outcomes.
+_UNSTARTED = Happened.NOT_STARTED
 #: Outcome statuses counted by (type, queue) alone; failures and retries carry their code.
 _PLAIN = ("completed", "skipped", "cancelled", "needs_review")
 _COUNTERS = (
@@ -114,20 +114,23 @@ class Metrics:
     hundred nanoseconds), turned into metric families only when scraped.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, registry: Any = None) -> None:
+        """Registered on ``registry``, by default prometheus-client's default registry."""
+        registry = registry or prometheus_client.REGISTRY
         self.enqueued = Counter(
             f"{PREFIX}_enqueued",
             "Jobs enqueued (created: an enqueue deduplicated onto a job is not).",
             ["type", "queue"],
+            registry=registry,
         )
         self.recovered = Counter(
             f"{PREFIX}_recovered", "Jobs the reaper took back from a lost execution, by the status given.",
-            ["type", "status"],
+            ["type", "status"], registry=registry,
         )  # fmt: skip
         self._series: dict[tuple[str, str], _Series] = {}
         self._coded: dict[tuple[str, str, str, str], int] = {}  # (counter, type, queue, code) → n
         self._lock = threading.Lock()
-        prometheus_client.REGISTRY.register(self)
+        registry.register(self)
 
     def _of(self, type_name: str, queue: str) -> _Series:
         series = self._series.get((type_name, queue))
@@ -148,8 +151,8 @@ class Metrics:
 
     def on_finished(self, finished: Finished, outcome: Outcome | None) -> None:
         """One execution's outcome as written (None: lost, nothing was written)."""
-        if finished.happened in _UNSTARTED:
-            return  # given back unstarted, or released in an outage: it did not run
+        if finished.happened is _UNSTARTED:
+            return  # given back unstarted: it did not run
         claim = finished.claim
         series = self._of(claim.type, claim.queue)
         status = "lost" if outcome is None else str(outcome.status)
