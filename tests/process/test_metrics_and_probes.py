@@ -102,6 +102,8 @@ def test_a_worker_whose_only_thread_is_stuck_turns_unhealthy_then_healthy_again(
     # The handler returns: its thread is free, the worker is healthy again.
     wait_for(lambda: get(port, "/healthz") == (200, "ok\n"), timeout=10, what="/healthz to recover")
     wait_for(lambda: age(alive) < 1.5, timeout=5, what="the health file to be touched again")
+    # No reaper took it back: the late outcome of the stuck execution still owns the job.
+    wait_for(lambda: Job.objects.get(id=stuck.id).status == JobStatus.COMPLETED, what="the late outcome")
     worker.send(signal.SIGTERM)
     assert worker.wait() == 0
 
