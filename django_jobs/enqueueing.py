@@ -341,9 +341,9 @@ def _insert(options: _Options, items: list[_Item]) -> list[Job]:
     if signals.listened(signals.job_enqueued):
         _announce(alias, [job for job, new in zip(result, made, strict=True) if new and job is not None])
     if metrics.AVAILABLE:
-        # Counted once committed: a rolled back enqueue created nothing.
-        new_jobs = [(job.type, job.queue) for job, new in zip(result, made, strict=True) if new and job]
-        signals.after_commit(alias, lambda: metrics.enqueued(new_jobs))
+        # Counted as written, not at commit: an on_commit callback of ours would show up among
+        # the callbacks of every user's test that counts them.
+        metrics.enqueued((job.type, job.queue) for job, new in zip(result, made, strict=True) if new and job)
     return [job for job in result if job is not None]
 
 

@@ -4,7 +4,6 @@ who may read them."""
 from __future__ import annotations
 
 import datetime as dt
-from typing import Any
 
 import pytest
 from django.contrib.auth.models import User
@@ -81,20 +80,15 @@ def test_the_gauges_are_the_dashboards_numbers(client: Client) -> None:
 
 
 @override_settings(DJANGO_JOBS={"METRICS_TOKEN": TOKEN})
-def test_the_view_adds_this_processs_enqueue_counter_counted_at_commit(
-    client: Client, django_capture_on_commit_callbacks: Any
-) -> None:
+def test_the_view_adds_this_processs_enqueue_counter(client: Client) -> None:
     def enqueued() -> float:
         got = scrape(client, HTTP_AUTHORIZATION=f"Bearer {TOKEN}")
         return got.get(("django_jobs_enqueued_total", "emails"), 0)
 
     before = enqueued()
-    with django_capture_on_commit_callbacks(execute=False):
-        enqueue("test.noop", {}, queue="emails")  # never committed
-    assert enqueued() == before
-    with django_capture_on_commit_callbacks(execute=True):
-        enqueue("test.noop", {}, queue="emails")
-        enqueue("test.noop", {}, queue="emails")
+    enqueue("test.noop", {}, queue="emails")
+    enqueue("test.noop", {}, queue="emails", unique_key="once")
+    enqueue("test.noop", {}, queue="emails", unique_key="once")  # deduplicated: no new job
     assert enqueued() - before == 2
 
 
