@@ -122,7 +122,8 @@ class Liveness:
             stuck = self._stuck(limits.stuck)
             if stuck >= self.slots:
                 reasons.append(f"{stuck} execution(s) stuck past their deadline, with {self.slots} slot(s)")
-        if self._loop_at is not None and now - self._loop_at > limits.stall:
+        # A shutdown waits for running jobs outside the claim loop, for as long as its grace.
+        if not self._stopping and self._loop_at is not None and now - self._loop_at > limits.stall:
             reasons.append(f"the claim loop has not turned for {now - self._loop_at:.0f}s")
         if self._heartbeat is not None:
             beat = self._heartbeat()

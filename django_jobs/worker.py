@@ -778,6 +778,8 @@ class Worker:
             # While the database is away, outcomes wait in memory; the last flush below reports.
             with contextlib.suppress(*DATABASE_UNAVAILABLE):
                 self._flush(force=True)
+            if self._health_file is not None:
+                self._health_file.turn(self.liveness)  # draining within the grace is healthy
             self._wake.wait(0.05)
             self._wake.clear()
         self._writer_done.set()

@@ -91,10 +91,13 @@ def test_a_worker_is_not_ready_before_start_up_nor_once_it_stops() -> None:
     assert liveness.ready().reasons == ("starting",)  # the database has not answered yet
     liveness.database_answered()
     assert liveness.ready().ok
+    liveness.loop_turned()
     liveness.stopping()
     verdict = liveness.ready()
     assert verdict.reasons == ("shutting down",) and verdict.text() == "shutting down\n"
-    assert liveness.live().ok  # draining is healthy: no reason to kill it
+    # Draining is healthy, however long the grace: the claim loop no longer turns then.
+    clock.now += 3600
+    assert liveness.live().ok
 
 
 def test_several_reasons_are_all_given() -> None:
