@@ -36,7 +36,8 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-BENCH_DB = "django_jobs_bench"
+# BENCH_DATABASE_NAME lets two checkouts on one server bench side by side.
+BENCH_DB = os.environ.get("BENCH_DATABASE_NAME", "django_jobs_bench")
 # Served by the partial indexes on status='pending' and status='running' (a BitmapOr):
 # `status IN (...)` is not, PostgreSQL then scans the whole table (see README.md).
 REMAINING_SQL = "SELECT count(*) FROM django_jobs_job WHERE status='pending' OR status='running'"
@@ -120,6 +121,8 @@ def drain(n: int, args: argparse.Namespace, url: str) -> dict[str, Any]:
     cmd += ["--concurrency", str(args.concurrency), "--pool", args.pool]
     if args.batch_size:
         cmd += ["--batch-size", str(args.batch_size)]
+    if args.metrics:
+        cmd += ["--metrics-port", "0"]  # each worker: any free port (its counters cost is measured)
     with psycopg.connect(url, autocommit=True) as conn:
         left = conn.execute(REMAINING_SQL).fetchone()[0]  # type: ignore[index]
         assert left == n, f"backlog has {left} jobs, expected {n}"
@@ -178,6 +181,7 @@ def main() -> None:
     add("--pool", choices=("thread", "process"), default="thread", help="runjobs --pool (default thread)")
     add("--batch-size", type=int, default=None, help="runjobs --batch-size (default: the app's)")
     add("--workers", type=int, default=1, help="runjobs processes started at once")
+    add("--metrics", action="store_true", help="workers count Prometheus metrics (runjobs --metrics-port)")
     add("--reps", type=int, default=1, help="drain repetitions (the median is printed)")
     add("--enq-n", type=int, default=2000, help="one-by-one enqueue() calls measured")
     add("--json", action="store_true", help="print a JSON line of the results at the end")

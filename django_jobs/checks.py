@@ -86,6 +86,38 @@ def check_settings(app_configs: Sequence[AppConfig] | None = None, **kwargs: Any
                 id="django_jobs.E014",
             )
         )
+    errors.extend(_check_health(user))
+    return errors
+
+
+_LIVENESS_LIMITS = ("LIVENESS_STALL_LIMIT", "LIVENESS_OUTAGE_LIMIT", "LIVENESS_STUCK_LIMIT")
+#: A shorter bearer token is guessable: the metrics view would be open to anyone who tries.
+MIN_TOKEN_CHARS = 16
+
+
+def _check_health(user: dict[str, Any]) -> list[CheckMessage]:
+    """The metrics token and the liveness limits (read long after start-up, by probes)."""
+    errors: list[CheckMessage] = []
+    token = user.get("METRICS_TOKEN", DEFAULTS["METRICS_TOKEN"])
+    if token is not None and (not isinstance(token, str) or len(token.strip()) < MIN_TOKEN_CHARS):
+        errors.append(
+            Error(
+                f"DJANGO_JOBS['METRICS_TOKEN'] must be None or a string of at least {MIN_TOKEN_CHARS} "
+                "characters.",
+                hint="Generate one: python -c 'import secrets; print(secrets.token_urlsafe(32))'",
+                id="django_jobs.E030",
+            )
+        )
+    for key in _LIVENESS_LIMITS:
+        value = user.get(key, DEFAULTS[key])
+        if value is not None and not _positive_number(value):
+            errors.append(
+                Error(
+                    f"DJANGO_JOBS[{key!r}] must be None (derived from the intervals) or a finite "
+                    "number > 0 (seconds).",
+                    id="django_jobs.E031",
+                )
+            )
     return errors
 
 

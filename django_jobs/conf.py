@@ -59,6 +59,18 @@ Every key, its default and its meaning. Durations are seconds; floats are allowe
 ``CHECK_STALE_REAPER_INTERVALS`` (3.0)
     A running job whose lease expired is a warning; one expired more than this many
     ``REAPER_INTERVAL`` ago is critical: no reaper is running.
+``METRICS_TOKEN`` (None)
+    The bearer token a Prometheus scrape of the ``django_jobs.urls`` metrics view presents
+    (``Authorization: Bearer <token>``), compared in constant time. Without it, only a signed
+    in staff user may read the view; an anonymous scrape is refused either way.
+``LIVENESS_STALL_LIMIT`` (None: 3 × ``HEARTBEAT_INTERVAL``, at least 30)
+    A worker whose claim loop or heartbeat thread has not turned for this long is not live.
+``LIVENESS_OUTAGE_LIMIT`` (None: 2 × ``LEASE_TIMEOUT``, at least 60)
+    A worker that could not reach the database for this long is not live (it is not ready
+    from the first failure).
+``LIVENESS_STUCK_LIMIT`` (None: ``HEARTBEAT_INTERVAL``, at least 5)
+    An execution still running this long past its deadline counts as stuck (a thread the pool
+    replaced counts at once); a worker with as many stuck executions as slots is not live.
 ``RETENTION`` ({"completed": 7 days, "skipped": 7 days, "cancelled": 30 days, "failed": None})
     How long finished jobs are kept, per status; ``None`` keeps them forever.
 """
@@ -108,6 +120,10 @@ DEFAULTS: dict[str, Any] = {
     "CHECK_OLDEST_DUE_WARNING": 300.0,
     "CHECK_OLDEST_DUE_CRITICAL": 1800.0,
     "CHECK_STALE_REAPER_INTERVALS": 3.0,
+    "METRICS_TOKEN": None,
+    "LIVENESS_STALL_LIMIT": None,
+    "LIVENESS_OUTAGE_LIMIT": None,
+    "LIVENESS_STUCK_LIMIT": None,
     "RETENTION": {"completed": 7 * DAY, "skipped": 7 * DAY, "cancelled": 30 * DAY, "failed": None},
 }
 
@@ -218,6 +234,28 @@ class Settings:
     @property
     def CHECK_STALE_REAPER_INTERVALS(self) -> float:
         return float(self._get("CHECK_STALE_REAPER_INTERVALS"))
+
+    @property
+    def METRICS_TOKEN(self) -> str | None:
+        token = self._get("METRICS_TOKEN")
+        return None if token is None else str(token)
+
+    @property
+    def LIVENESS_STALL_LIMIT(self) -> float:
+        return self._derived("LIVENESS_STALL_LIMIT", max(30.0, 3 * self.HEARTBEAT_INTERVAL))
+
+    @property
+    def LIVENESS_OUTAGE_LIMIT(self) -> float:
+        return self._derived("LIVENESS_OUTAGE_LIMIT", max(60.0, 2 * self.LEASE_TIMEOUT))
+
+    @property
+    def LIVENESS_STUCK_LIMIT(self) -> float:
+        return self._derived("LIVENESS_STUCK_LIMIT", max(5.0, self.HEARTBEAT_INTERVAL))
+
+    def _derived(self, name: str, default: float) -> float:
+        """A limit that defaults to a value derived from other settings."""
+        value = self._get(name)
+        return default if value is None else float(value)
 
     @property
     def RETENTION(self) -> dict[str, float | None]:

@@ -122,30 +122,41 @@ SELECT count(*), min(finished_at) FROM (
 """
 
 
+def queue_rows() -> list[QueueRow]:
+    """The per-queue figures of the dashboard, by queue name (the metrics view exports them)."""
+    with connections[jobs_settings.DATABASE].cursor() as cursor:
+        return sorted(_queue_rows(cursor).values(), key=lambda q: q.queue)
+
+
+def _queue_rows(cursor: Any) -> dict[str, QueueRow]:
+    queues: dict[str, QueueRow] = {}
+    cursor.execute(_PENDING)
+    for name, pending, due, oldest in cursor.fetchall():
+        queues[name] = QueueRow(name, pending=pending, due=due, oldest_due_seconds=_float(oldest))
+    cursor.execute(_RUNNING)
+    for name, running, stale in cursor.fetchall():
+        row = queues.setdefault(name, QueueRow(name))
+        row.running, row.stale = running, stale
+    cursor.execute(_PROBLEMS)
+    for name, status, count in cursor.fetchall():
+        row = queues.setdefault(name, QueueRow(name))
+        setattr(row, status, count)
+    # Idle queues too, so that they can be paused ahead of time: those the job types name,
+    # and paused ones.
+    for job_type in registry.all():
+        queues.setdefault(job_type.default_queue, QueueRow(job_type.default_queue))
+    cursor.execute(_PAUSED)
+    for name, paused_at, paused_by, reason in cursor.fetchall():
+        row = queues.setdefault(name, QueueRow(name))
+        row.paused_at, row.paused_by, row.pause_reason = paused_at, paused_by, reason
+    return queues
+
+
 def build() -> Dashboard:
     with connections[jobs_settings.DATABASE].cursor() as cursor:
         cursor.execute("SELECT now()")
         now = cursor.fetchone()[0]
-        queues: dict[str, QueueRow] = {}
-        cursor.execute(_PENDING)
-        for name, pending, due, oldest in cursor.fetchall():
-            queues[name] = QueueRow(name, pending=pending, due=due, oldest_due_seconds=_float(oldest))
-        cursor.execute(_RUNNING)
-        for name, running, stale in cursor.fetchall():
-            row = queues.setdefault(name, QueueRow(name))
-            row.running, row.stale = running, stale
-        cursor.execute(_PROBLEMS)
-        for name, status, count in cursor.fetchall():
-            row = queues.setdefault(name, QueueRow(name))
-            setattr(row, status, count)
-        # Idle queues too, so that they can be paused ahead of time: those the job types name,
-        # and paused ones.
-        for job_type in registry.all():
-            queues.setdefault(job_type.default_queue, QueueRow(job_type.default_queue))
-        cursor.execute(_PAUSED)
-        for name, paused_at, paused_by, reason in cursor.fetchall():
-            row = queues.setdefault(name, QueueRow(name))
-            row.paused_at, row.paused_by, row.pause_reason = paused_at, paused_by, reason
+        queues = _queue_rows(cursor)
         cursor.execute(_THROUGHPUT)
         throughput = [(minute, count) for minute, count in cursor.fetchall()]
         cursor.execute(_FAILURES)

@@ -23,7 +23,7 @@ from django.db.models.base import ModelState
 from django.db.models.signals import post_init, pre_init
 from django.utils import timezone
 
-from django_jobs import signals
+from django_jobs import metrics, signals
 from django_jobs.conf import jobs_settings
 from django_jobs.errors import (
     InvalidOption,
@@ -357,6 +357,10 @@ def _insert(options: _Options, items: list[_Item]) -> list[Job]:
             todo = _fill_from_holders(cursor, alias, options, items, missing, result)
     if signals.listened(signals.job_enqueued):
         _announce(alias, [job for job, new in zip(result, made, strict=True) if new and job is not None])
+    if metrics.AVAILABLE:
+        # Counted as written, not at commit: an on_commit callback of ours would show up among
+        # the callbacks of every user's test that counts them.
+        metrics.enqueued((job.type, job.queue) for job, new in zip(result, made, strict=True) if new and job)
     return [job for job in result if job is not None]
 
 

@@ -49,6 +49,17 @@ class Heartbeat:
         self._warned_deadline: set[int] = set()
         #: Monotonic time of the last turn of the loop: a stalled heartbeat is visible.
         self.last_turn = time.monotonic()
+        #: Told whether each report reached the database (the worker's liveness listens).
+        self.on_database: Callable[[bool], None] | None = None
+
+    def turned_at(self) -> float | None:
+        """The last turn of the loop (monotonic), or None if its thread died: the liveness
+        probe's view. A heartbeat not started yet, or stopped on purpose, is not dead."""
+        if self._stop.is_set():
+            return time.monotonic()
+        if self._thread.ident is not None and not self._thread.is_alive():
+            return None
+        return self.last_turn
 
     def start(self) -> None:
         self._thread.start()
@@ -138,7 +149,11 @@ class Heartbeat:
                     ):
                         self._report()
                         self._last_report = time.monotonic()
+                        if self.on_database is not None:
+                            self.on_database(True)
                 except DATABASE_UNAVAILABLE as exc:
+                    if self.on_database is not None:
+                        self.on_database(False)
                     # Leases keep their last known state: the database decides ownership when
                     # it answers again, and a beat that comes too late is reported as lost.
                     logger.warning("heartbeat failed, retrying: %s", type(exc).__name__)

@@ -169,6 +169,15 @@ class ExecutorPool:
             )  # fmt: skip
         return declared
 
+    def stuck(self, past: float) -> int:
+        """Executions stuck now: threads declared stuck that still run their job, and jobs
+        still running ``past`` seconds after their deadline (the liveness probe's count)."""
+        now = time.monotonic()
+        with self._lock:
+            carried = sum(1 for thread, _ in self._stuck if thread.is_alive())
+            late = sum(1 for held in self._running.values() if held.lease.past_deadline(now - past))
+        return carried + late
+
     def stop(self) -> None:
         """No slot takes a new job from now on (jobs already running go on)."""
         with self._lock:

@@ -44,7 +44,7 @@ from django.conf import settings
 from django.db import Error as DatabaseError  # every database error, InterfaceError included
 from django.db import connections
 
-from django_jobs import logs, outcomes, signals, transitions
+from django_jobs import logs, metrics, outcomes, signals, transitions
 from django_jobs.conf import jobs_settings
 from django_jobs.context import Lease
 from django_jobs.decision import Happened
@@ -52,8 +52,10 @@ from django_jobs.errors import DATABASE_UNAVAILABLE, ErrorCode
 from django_jobs.executor import Finished, execute
 from django_jobs.heartbeat import Heartbeat
 from django_jobs.listener import Listener
+from django_jobs.liveness import Liveness
 from django_jobs.models import Job
 from django_jobs.pool import ExecutorPool, Held
+from django_jobs.probes import HealthFile
 from django_jobs.process_pool import ProcessPool
 from django_jobs.reaper import ReaperLoop
 from django_jobs.registry import JobType, registry
@@ -62,6 +64,7 @@ from django_jobs.schedules import declared_schedules
 from django_jobs.transitions import Claim, ClaimStatement
 
 logger = logging.getLogger("django_jobs.worker")
+metrics_recorder = metrics.recorder
 
 #: Reconnect back-off when the database is unreachable: first wait, and the longest.
 _DB_RETRY_FIRST, _DB_RETRY_MAX = 0.1, 5.0
@@ -192,6 +195,8 @@ class Worker:
         max_child_memory_mb: float | None = None,
         until_settled: bool = False,
         queue_slots: dict[str, int] | None = None,
+        metrics: bool = False,
+        health_file: HealthFile | None = None,
     ) -> None:
         if concurrency < 1:
             raise ValueError("concurrency must be >= 1")
@@ -274,7 +279,20 @@ class Worker:
             if pool == "process"
             else ExecutorPool(concurrency, self._execute, self._record)
         )
-        self._reaper = ReaperLoop(stop=self._stopping) if reap else None
+        #: Counters and histograms of this worker's executions (``runjobs --metrics-port``);
+        #: None when off, so that each job pays one attribute check.
+        self._metrics = metrics_recorder() if metrics else None
+        self._reaper = (
+            ReaperLoop(stop=self._stopping, on_pass=self._metrics.on_reaped if self._metrics else None)
+            if reap
+            else None
+        )
+        #: What the probes ask: is this worker alive and useful, can it take work.
+        self.liveness = Liveness(
+            slots=concurrency, stuck=self._pool.stuck, heartbeat=self._heartbeat.turned_at
+        )
+        self._heartbeat.on_database = self._database_seen
+        self._health_file = health_file
         # A worker that drains and exits fires no schedule: its ticks would never settle.
         self._scheduler = (
             SchedulerLoop(stop=self._stopping, worker_id=self.worker_id)
@@ -321,6 +339,7 @@ class Worker:
             self._reaper.start()
         if self._scheduler is not None:
             self._scheduler.start()
+        self.liveness.started()
         try:
             self._main_loop()
         finally:
@@ -355,6 +374,7 @@ class Worker:
         if self._stopping.is_set() or abort:
             self._abort.set()
         self._stopping.set()
+        self.liveness.stopping()
         self._pool.stop()
         self._wake.set()
 
@@ -367,6 +387,9 @@ class Worker:
             self._act_on_signals()
             if self._stopping.is_set():
                 return
+            self.liveness.loop_turned()
+            if self._health_file is not None:
+                self._health_file.turn(self.liveness)
             # Cleared before looking at the state, so a wake-up sent meanwhile is never lost.
             self._wake.clear()
             try:
@@ -378,7 +401,10 @@ class Worker:
                 looked = woken or time.monotonic() >= claim_at
                 claimed = self._claim_if_room() if looked else 0
                 db_retry = _DB_RETRY_FIRST
+                if looked:
+                    self.liveness.database_answered()
             except DATABASE_UNAVAILABLE as exc:
+                self.liveness.database_lost()
                 db_retry = self._database_unavailable(exc, db_retry)
                 continue
             buffered, running, idle = self._pool.counts()
@@ -423,6 +449,9 @@ class Worker:
                 heapq.heappop(self._due)  # this turn's claim took what was due
             if self._due:
                 wait = min(wait, self._due[0] - now)
+        # The loop's turns are its sign of life for the probes: an idle wait stays well within
+        # the limit after which a loop that does not turn is presumed hung.
+        wait = min(wait, self.liveness.limits.stall / 4)
         outage_left = self._outage_until - now
         return min(wait, outage_left) if outage_left > 0 else wait
 
@@ -618,8 +647,11 @@ class Worker:
             with self._lock:
                 self._writing -= 1
         outcomes.announce(batch, written, self.worker_id)
+        recorder = self._metrics
         for finished in batch:
             outcome = written.get(finished.claim.id)
+            if recorder is not None:
+                recorder.on_finished(finished, outcome)
             if outcome is not None:
                 if finished.happened is Happened.NOT_STARTED:
                     self.stats.released += 1
@@ -650,7 +682,10 @@ class Worker:
         return execute(claim, lease, side_writer=self._heartbeat, on_start=self._started)
 
     def _started(self, claim: Claim) -> None:
-        """An execution is about to run its handler: tell ``job_started``'s receivers, if any."""
+        """An execution is about to run its handler: count it, and tell ``job_started``'s
+        receivers, if any."""
+        if self._metrics is not None:
+            self._metrics.on_started(claim)
         if signals.listened(signals.job_started):
             signals.send(
                 signals.job_started, Job, job_id=claim.id, type=claim.type, queue=claim.queue,
@@ -671,6 +706,8 @@ class Worker:
             self._outage_wait = _DB_RETRY_FIRST
         if finished.happened is None:
             self.stats.lost += 1
+            if self._metrics is not None:
+                self._metrics.on_finished(finished, None)
             return
         if not self._record_many([finished]):
             # An execution the worker stopped waiting for (shutdown past its grace) ended
@@ -709,6 +746,13 @@ class Worker:
             extra=logs.worker_fields(self.worker_id),
         )
 
+    def _database_seen(self, answered: bool) -> None:
+        """The heartbeat reached the database, or could not."""
+        if answered:
+            self.liveness.database_answered()
+        else:
+            self.liveness.database_lost()
+
     def _running_leases(self) -> list[Lease]:
         return self._pool.running_leases()
 
@@ -727,6 +771,7 @@ class Worker:
         execution ends with the process, well before.
         """
         self._stopping.set()
+        self.liveness.stopping()
         self._pool.stop()
         self._give_back(self._pool.take_buffered())
         _, running, _ = self._pool.counts()
@@ -757,6 +802,8 @@ class Worker:
             # While the database is away, outcomes wait in memory; the last flush below reports.
             with contextlib.suppress(*DATABASE_UNAVAILABLE):
                 self._flush(force=True)
+            if self._health_file is not None:
+                self._health_file.turn(self.liveness)  # draining within the grace is healthy
             self._wake.wait(0.05)
             self._wake.clear()
         self._writer_done.set()

@@ -4,6 +4,7 @@ from health_check.views import HealthCheckView
 
 urlpatterns = [
     path("admin/", admin.site.urls),
+    path("jobs/", include("django_jobs.urls")),  # /jobs/metrics (docs/operations.md)
     path("shop/", include("testproject.shop.urls")),  # the example shop's views (docs/testing.md)
     # As docs/operations.md sets it up (*The health check plugin*).
     path(

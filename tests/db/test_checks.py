@@ -62,11 +62,29 @@ def test_valid_retention_and_queue_pass() -> None:
         ({"SENSITIVE_PAYLOAD_KEYS": "token"}, ["django_jobs.E011"]),  # a string, not a list of them
         ({"SENSITIVE_PAYLOAD_KEYS": ["card", "(unclosed"]}, ["django_jobs.E011"]),
         ({"SENSITIVE_PAYLOAD_KEYS": [3]}, ["django_jobs.E011"]),
+        ({"METRICS_TOKEN": "short"}, ["django_jobs.E030"]),  # guessable
+        ({"METRICS_TOKEN": " " * 20}, ["django_jobs.E030"]),
+        ({"METRICS_TOKEN": 1234567890123456789}, ["django_jobs.E030"]),
+        ({"LIVENESS_STALL_LIMIT": 0}, ["django_jobs.E031"]),
+        ({"LIVENESS_OUTAGE_LIMIT": "60"}, ["django_jobs.E031"]),
+        ({"LIVENESS_STUCK_LIMIT": float("inf")}, ["django_jobs.E031"]),
     ],
 )
 def test_invalid_settings_are_reported(value: object, expected: list[str]) -> None:
     with override_settings(DJANGO_JOBS=value):
         assert ids(check_settings()) == expected
+
+
+def test_metrics_token_and_liveness_limits_pass_when_sound() -> None:
+    good = {"METRICS_TOKEN": "x" * 32, "LIVENESS_STALL_LIMIT": 12.5, "LIVENESS_OUTAGE_LIMIT": None}
+    with override_settings(DJANGO_JOBS=good):
+        assert check_settings() == []
+
+
+def test_a_bad_metrics_token_is_not_repeated_in_the_check_message() -> None:
+    with override_settings(DJANGO_JOBS={"METRICS_TOKEN": "s3cret"}):
+        [message] = check_settings()
+    assert "s3cret" not in message.msg and "s3cret" not in (message.hint or "")
 
 
 def test_database_checks() -> None:

@@ -8,7 +8,8 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
 
-from django_jobs import logs
+from django_jobs import logs, metrics
+from django_jobs.probes import HealthFile, ProbeError, ProbeServer
 from django_jobs.registry import QUEUE_RE, registry
 from django_jobs.worker import POOLS, Worker
 
@@ -45,6 +46,16 @@ def non_negative_float(value: str) -> float:
         raise argparse.ArgumentTypeError(f"{value!r} is not a number of seconds") from None
     if not number >= 0:
         raise argparse.ArgumentTypeError(f"{value!r} must be >= 0")
+    return number
+
+
+def port(value: str) -> int:
+    try:
+        number = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a port number") from None
+    if not 0 <= number <= 65535:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a port number (0 to 65535; 0 picks a free one)")
     return number
 
 
@@ -135,6 +146,29 @@ class Command(BaseCommand):
             help="Do not run the reaper in this worker (run `reapjobs --loop` elsewhere).",
         )  # fmt: skip
         parser.add_argument(
+            "--metrics-port",
+            type=port,
+            default=None,
+            metavar="PORT",
+            help="Serve this worker's Prometheus metrics (/metrics) and its probes (/healthz, "
+            "/readyz) over HTTP on PORT (0: a free port, logged). Needs prometheus-client (the "
+            "prometheus extra).",
+        )
+        parser.add_argument(
+            "--metrics-host",
+            default="0.0.0.0",
+            metavar="HOST",
+            help="Address the metrics port listens on. Default: 0.0.0.0, so that Prometheus and "
+            "Kubernetes probes reach it from outside the container; 127.0.0.1 keeps it local.",
+        )
+        parser.add_argument(
+            "--health-file",
+            default=None,
+            metavar="PATH",
+            help="Touch PATH at least once a second while the worker is alive and useful, and "
+            "never while it is not: the file's age is the health (exec probes, systemd timers).",
+        )
+        parser.add_argument(
             "--stats-file",
             default=None,
             metavar="PATH",
@@ -146,6 +180,7 @@ class Command(BaseCommand):
         if not registry.names():
             raise CommandError("no job types are registered: is the app with your jobs.py installed?")
         queues, slots, workers = self._queues(options["queues"] or [], options["concurrency"])
+        server, health_file = self._probes(options)
         worker = Worker(
             queues=queues,
             concurrency=workers,
@@ -160,8 +195,16 @@ class Command(BaseCommand):
             pool=options["pool"],
             max_jobs_per_child=options["max_jobs_per_child"],
             max_child_memory_mb=options["max_child_memory"],
+            metrics=server is not None,
+            health_file=health_file,
         )
-        worker.run()
+        if server is not None:
+            server.start(worker.liveness)
+        try:
+            worker.run()
+        finally:
+            if server is not None:
+                server.stop()
         summary = worker.stats.summary()
         if options["stats_file"]:
             with open(options["stats_file"], "w") as f:
@@ -180,6 +223,33 @@ class Command(BaseCommand):
             self.stderr.flush()
             logging.shutdown()
             os._exit(0)
+
+    @staticmethod
+    def _probes(options: dict[str, Any]) -> tuple[ProbeServer | None, HealthFile | None]:
+        """The metrics server (bound now: a port in use fails before any work) and the
+        health file, as asked."""
+        server = None
+        if options["metrics_port"] is not None:
+            if not metrics.AVAILABLE:
+                raise CommandError(
+                    "--metrics-port needs prometheus-client: pip install 'django-jobs-pg[prometheus]'"
+                )
+            # The _created series of every counter would double a worker's output for nothing.
+            metrics.disable_created_series()
+            try:
+                server = ProbeServer(options["metrics_host"], options["metrics_port"])
+            except ProbeError as exc:
+                raise CommandError(f"--metrics-port: {exc}") from None
+        health_file = None
+        if options["health_file"] is not None:
+            try:
+                health_file = HealthFile(options["health_file"])
+                health_file.check_writable()
+            except ProbeError as exc:
+                if server is not None:
+                    server.stop()
+                raise CommandError(f"--health-file: {exc}") from None
+        return server, health_file
 
     @staticmethod
     def _queues(

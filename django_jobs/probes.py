@@ -1,0 +1,147 @@
+"""A worker's probes: the HTTP endpoints of ``runjobs --metrics-port`` and the health file of
+``runjobs --health-file``.
+
+The HTTP server is a daemon thread of the worker (``http.server``, one thread per request):
+
+- ``/metrics``: this worker's counters and histograms (prometheus-client's default registry),
+  and its liveness and readiness as gauges; never a database query, so that scraping a fleet
+  of workers costs the database nothing;
+- ``/healthz``: 200 ``ok`` while the worker is live, else 503 with the reasons, one a line;
+- ``/readyz``: 200 while it is ready, else 503 with the reasons.
+
+The health file is touched at most once a second while the worker is live, and not while it
+is not: its age is the probe (an exec probe or a systemd timer compares it with a limit).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+from django_jobs.liveness import Liveness, Verdict
+
+logger = logging.getLogger("django_jobs.probes")
+
+#: The health file is touched at most this often (seconds): a probe's limit is far longer.
+TOUCH_INTERVAL = 1.0
+
+
+class ProbeError(Exception):
+    """A probe cannot be set up (a port in use, a directory that does not exist)."""
+
+
+class ProbeServer:
+    """Binds at once (so that a port in use is an error before the worker starts), serves once
+    :meth:`start` is given the worker's liveness."""
+
+    def __init__(self, host: str, port: int) -> None:
+        try:
+            self._server = ThreadingHTTPServer((host, port), _Handler, bind_and_activate=True)
+        except OSError as exc:
+            raise ProbeError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+        self._server.daemon_threads = True
+        self.host, self.port = host, int(self._server.server_address[1])
+        self._thread: threading.Thread | None = None
+
+    def start(self, liveness: Liveness) -> None:
+        self._server.liveness = liveness  # type: ignore[attr-defined]
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, kwargs={"poll_interval": 0.5},
+            name="django_jobs-probes", daemon=True,
+        )  # fmt: skip
+        self._thread.start()
+        logger.info("metrics and probes on http://%s:%s/ (/metrics, /healthz, /readyz)", self.host, self.port)
+
+    def stop(self) -> None:
+        if self._thread is not None:
+            self._server.shutdown()
+        self._server.server_close()
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server_version = "django_jobs"
+
+    def do_GET(self) -> None:
+        liveness: Liveness = self.server.liveness  # type: ignore[attr-defined]
+        path = self.path.split("?", 1)[0]
+        if path == "/healthz":
+            self._verdict(liveness.live())
+        elif path == "/readyz":
+            self._verdict(liveness.ready())
+        elif path == "/metrics":
+            self._metrics(liveness)
+        else:
+            self._send(404, b"not found: /metrics, /healthz, /readyz\n", "text/plain; charset=utf-8")
+
+    def _verdict(self, verdict: Verdict) -> None:
+        self._send(200 if verdict.ok else 503, verdict.text().encode(), "text/plain; charset=utf-8")
+
+    def _metrics(self, liveness: Liveness) -> None:
+        from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
+
+        own = generate_latest(REGISTRY)
+        health = (
+            "# HELP django_jobs_worker_live 1 while this worker is alive and useful (/healthz).\n"
+            "# TYPE django_jobs_worker_live gauge\n"
+            f"django_jobs_worker_live {int(liveness.live().ok)}\n"
+            "# HELP django_jobs_worker_ready 1 while this worker can take work (/readyz).\n"
+            "# TYPE django_jobs_worker_ready gauge\n"
+            f"django_jobs_worker_ready {int(liveness.ready().ok)}\n"
+        )
+        self._send(200, own + health.encode(), CONTENT_TYPE_LATEST)
+
+    def _send(self, status: int, body: bytes, content_type: str) -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass  # a scrape every few seconds is not news; errors are logged by the server
+
+
+class HealthFile:
+    """A file whose modification time is the worker's last healthy turn."""
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = Path(path)
+        if not self.path.parent.is_dir():
+            raise ProbeError(f"cannot write the health file {self.path}: no directory {self.path.parent}")
+        if self.path.is_dir():
+            raise ProbeError(f"cannot write the health file {self.path}: it is a directory")
+        self._touched = 0.0
+        self._warned = False
+
+    def turn(self, liveness: Liveness) -> None:
+        """Touch the file if the worker is live and it was not touched in the last second."""
+        now = time.monotonic()
+        if now - self._touched < TOUCH_INTERVAL:
+            return
+        self._touched = now
+        verdict = liveness.live()
+        if not verdict.ok:
+            if not self._warned:
+                logger.error("worker unhealthy, health file left to age: %s", "; ".join(verdict.reasons))
+                self._warned = True
+            return
+        self._warned = False
+        self.touch()
+
+    def touch(self) -> None:
+        try:
+            self.path.touch()
+            os.utime(self.path)
+        except OSError as exc:
+            logger.warning("could not touch the health file %s: %s", self.path, exc.strerror or exc)
+
+    def check_writable(self) -> None:
+        """Raise ProbeError if the file cannot be written (at start-up, before any work)."""
+        try:
+            self.path.touch()
+        except OSError as exc:
+            raise ProbeError(f"cannot write the health file {self.path}: {exc.strerror or exc}") from None
