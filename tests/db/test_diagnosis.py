@@ -238,6 +238,13 @@ def test_a_job_parked_for_review_says_why() -> None:
     assert why.reason == Reason.NEEDS_REVIEW and why.sentence.startswith("It is parked for review (")
 
 
+def test_a_skipped_job_says_its_handler_found_it_no_longer_applies() -> None:
+    skipped = enqueue("test.skip", {}, queue=QUEUE)
+    run_one(queues=[QUEUE])
+    why = explain(skipped.id)
+    assert why.reason == Reason.SKIPPED and "no longer applies" in why.sentence
+
+
 def test_a_cancelled_job_says_who_cancelled_it_and_why() -> None:
     waiting = enqueue("test.noop", {}, queue=QUEUE)
     transitions.cancel(waiting.id, actor="ops", reason="duplicate order")
