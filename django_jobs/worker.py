@@ -394,8 +394,6 @@ class Worker:
                 looked = woken or time.monotonic() >= claim_at
                 claimed = self._claim_if_room() if looked else 0
                 db_retry = _DB_RETRY_FIRST
-                if looked:
-                    self.liveness.database_answered()
             except DATABASE_UNAVAILABLE as exc:
                 self.liveness.database_lost()
                 db_retry = self._database_unavailable(exc, db_retry)
@@ -525,6 +523,7 @@ class Worker:
             self._statement, limit, start_now=max(0, idle - buffered), rooms=rooms, turn=self._turn
         )
         elapsed = time.perf_counter() - started
+        self.liveness.database_answered()
         self.stats.claims += 1
         if not claims:
             return 0
