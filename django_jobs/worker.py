@@ -52,8 +52,8 @@ from django_jobs.errors import DATABASE_UNAVAILABLE, ErrorCode
 from django_jobs.executor import Finished, execute
 from django_jobs.heartbeat import Heartbeat
 from django_jobs.listener import Listener
-from django_jobs.metrics import recorder as metrics_recorder  # `metrics` is Worker's flag
 from django_jobs.liveness import Liveness
+from django_jobs.metrics import recorder as metrics_recorder  # `metrics` is Worker's flag
 from django_jobs.models import Job
 from django_jobs.pool import ExecutorPool, Held
 from django_jobs.probes import HealthFile
