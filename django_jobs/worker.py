@@ -44,7 +44,7 @@ from django.conf import settings
 from django.db import Error as DatabaseError  # every database error, InterfaceError included
 from django.db import connections
 
-from django_jobs import logs, metrics, outcomes, signals, transitions
+from django_jobs import logs, outcomes, signals, transitions
 from django_jobs.conf import jobs_settings
 from django_jobs.context import Lease
 from django_jobs.decision import Happened
@@ -53,6 +53,7 @@ from django_jobs.executor import Finished, execute
 from django_jobs.heartbeat import Heartbeat
 from django_jobs.listener import Listener
 from django_jobs.liveness import Liveness
+from django_jobs.metrics import recorder as metrics_recorder  # `metrics` is Worker's flag
 from django_jobs.models import Job
 from django_jobs.pool import ExecutorPool, Held
 from django_jobs.probes import HealthFile
@@ -64,7 +65,6 @@ from django_jobs.schedules import declared_schedules
 from django_jobs.transitions import Claim, ClaimStatement
 
 logger = logging.getLogger("django_jobs.worker")
-metrics_recorder = metrics.recorder
 
 #: Reconnect back-off when the database is unreachable: first wait, and the longest.
 _DB_RETRY_FIRST, _DB_RETRY_MAX = 0.1, 5.0
@@ -401,8 +401,6 @@ class Worker:
                 looked = woken or time.monotonic() >= claim_at
                 claimed = self._claim_if_room() if looked else 0
                 db_retry = _DB_RETRY_FIRST
-                if looked:
-                    self.liveness.database_answered()
             except DATABASE_UNAVAILABLE as exc:
                 self.liveness.database_lost()
                 db_retry = self._database_unavailable(exc, db_retry)
@@ -533,6 +531,7 @@ class Worker:
             self._statement, limit, start_now=max(0, idle - buffered), rooms=rooms, turn=self._turn
         )
         elapsed = time.perf_counter() - started
+        self.liveness.database_answered()
         self.stats.claims += 1
         if not claims:
             return 0

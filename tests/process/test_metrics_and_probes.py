@@ -17,6 +17,7 @@ import pytest
 from django_jobs import enqueue
 from django_jobs.models import Job
 from django_jobs.states import JobStatus
+from testproject.testjobs.models import BusinessRow
 from tests.process.probes import get, metrics_port, scrape
 from tests.process.throwaway_pg import ThrowawayCluster
 from tests.process.workers import ROOT, StartWorker, WorkerProcess, wait_for
@@ -194,3 +195,20 @@ def test_metrics_without_prometheus_client_is_a_clear_error(
     assert result.returncode == 1
     assert "--metrics-port needs prometheus-client: pip install 'django-jobs-pg[prometheus]'" in result.stderr
     assert runjobs(env).returncode == 0  # a worker without metrics runs without it
+
+
+@pytest.mark.slow
+def test_the_reaper_of_a_worker_counts_the_jobs_it_recovered_from_a_killed_one(
+    start_worker: StartWorker,
+) -> None:
+    job = enqueue("test.long", {"seconds": 30})
+    victim = start_worker("--no-reaper")
+    started = BusinessRow.objects.filter(key__startswith=f"started:{job.id}:")
+    wait_for(started.exists, what="the job to start")
+    victim.kill()  # its lease (1 s) runs out; the other worker's reaper takes the job back
+
+    rescuer = start_worker("--metrics-port", "0", "--queue", "elsewhere")  # runs none of it
+    port = metrics_port(rescuer)
+    recovered = ("django_jobs_recovered_total", (("status", "pending"), ("type", "test.long")))
+    wait_for(lambda: scrape(port).get(recovered) == 1, what="the recovery to be counted")
+    assert Job.objects.get(id=job.id).status == JobStatus.PENDING
