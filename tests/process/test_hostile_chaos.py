@@ -103,7 +103,8 @@ def test_hostile_handlers_and_sigkills_leave_every_job_explained(
         for worker in workers:
             worker.stop()
 
-    jobs = list(Job.objects.all())
+    # The test project's schedules also run in these workers; their ticks may fall in the run.
+    jobs = list(Job.objects.exclude(type__startswith="demo."))
     assert len(jobs) == total
     unexplained = [
         (
