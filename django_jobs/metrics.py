@@ -17,6 +17,7 @@ prometheus-client's children, which this module caches by (type, queue).
 from __future__ import annotations
 
 import bisect
+import importlib.util
 import threading
 from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any
@@ -29,16 +30,33 @@ if TYPE_CHECKING:
     from django_jobs.reaper import ReapResult
     from django_jobs.transitions import Claim, Outcome
 
-try:
-    import prometheus_client
-    from prometheus_client import Counter
-    from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
-    from prometheus_client.utils import floatToGoString
-except ImportError:  # the extra is not installed: every hook is off
-    prometheus_client = None  # type: ignore[assignment]
+
+def _importable() -> bool:
+    """Whether prometheus-client can be imported, without importing it here.
+
+    It is imported by the first metric this process records or serves: a worker without
+    ``--metrics-port`` never does, and keeps its ~4 MB.
+    """
+    try:
+        return importlib.util.find_spec("prometheus_client") is not None
+    except (ImportError, ValueError):
+        return False
+
 
 #: Whether prometheus-client is installed: the hooks do nothing without it.
-AVAILABLE = prometheus_client is not None
+AVAILABLE = _importable()
+
+
+def usable() -> bool:
+    """Import prometheus-client now (for a command or a view about to serve metrics): whether
+    it could be. A broken installation turns every hook off, as a missing one does."""
+    global AVAILABLE
+    if AVAILABLE:
+        try:
+            import prometheus_client  # noqa: F401
+        except ImportError:
+            AVAILABLE = False
+    return AVAILABLE
 
 PREFIX = "django_jobs"
 #: Run time buckets (seconds): from no-op jobs to the hour-long report.
@@ -86,6 +104,8 @@ class _Histogram:
         self.sum += value
 
     def cumulative(self) -> list[tuple[str, float]]:
+        from prometheus_client.utils import floatToGoString
+
         total = 0
         out: list[tuple[str, float]] = []
         for bound, count in zip((*map(floatToGoString, self.bounds), "+Inf"), self.counts, strict=True):
@@ -116,6 +136,9 @@ class Metrics:
 
     def __init__(self, registry: Any = None) -> None:
         """Registered on ``registry``, by default prometheus-client's default registry."""
+        import prometheus_client
+        from prometheus_client import Counter
+
         registry = registry or prometheus_client.REGISTRY
         self.enqueued = Counter(
             f"{PREFIX}_enqueued",
@@ -176,6 +199,8 @@ class Metrics:
 
     def collect(self) -> Iterator[Any]:
         """The executions' metric families (prometheus-client's collector protocol)."""
+        from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily
+
         with self._lock:
             counts = {key: dict(s.counts) for key, s in self._series.items()}
             histograms = {
@@ -206,6 +231,8 @@ class Metrics:
 def disable_created_series() -> None:
     """Leave out the ``_created`` series of counters and histograms (a worker's own process)."""
     if AVAILABLE:
+        import prometheus_client
+
         prometheus_client.disable_created_metrics()  # type: ignore[no-untyped-call]
 
 
@@ -216,7 +243,7 @@ _metrics_lock = threading.Lock()
 def recorder() -> Metrics | None:
     """This process's metrics, or None without prometheus-client."""
     global _metrics
-    if not AVAILABLE:
+    if not usable():
         return None
     if _metrics is None:
         with _metrics_lock:
@@ -255,6 +282,8 @@ QUEUE_GAUGES = (
 
 def queue_families(rows: Iterable[QueueRow]) -> Iterator[Any]:
     """The per-queue gauges of the dashboard's rows, as prometheus-client metric families."""
+    from prometheus_client.core import GaugeMetricFamily
+
     families = {
         attr: GaugeMetricFamily(f"{PREFIX}_{suffix}", text, labels=["queue"])
         for suffix, attr, text in QUEUE_GAUGES

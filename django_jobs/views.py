@@ -26,7 +26,7 @@ def metrics_view(request: HttpRequest) -> HttpResponse:
     refused = _refusal(request)
     if refused is not None:
         return refused
-    if not metrics.AVAILABLE:
+    if not metrics.usable():
         return HttpResponse(
             "prometheus-client is not installed: pip install django-jobs-pg[prometheus]\n",
             status=501,

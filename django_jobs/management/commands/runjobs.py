@@ -230,7 +230,7 @@ class Command(BaseCommand):
         health file, as asked."""
         server = None
         if options["metrics_port"] is not None:
-            if not metrics.AVAILABLE:
+            if not metrics.usable():
                 raise CommandError(
                     "--metrics-port needs prometheus-client: pip install 'django-jobs-pg[prometheus]'"
                 )
