@@ -100,7 +100,8 @@ if env("DJANGO_JOBS_NOTIFY", default=None) is not None:
     DJANGO_JOBS["NOTIFY"] = env.bool("DJANGO_JOBS_NOTIFY")
 
 # A fast schedule for the scheduling tests: DJANGO_JOBS_TICK_EVERY seconds, optionally with a
-# misfire grace (DJANGO_JOBS_TICK_GRACE) and a job that outlives its tick (DJANGO_JOBS_TICK_SLEEP).
+# misfire grace (DJANGO_JOBS_TICK_GRACE), a job that outlives its tick (DJANGO_JOBS_TICK_SLEEP) and
+# an overlap policy (DJANGO_JOBS_TICK_ON_RUNNING).
 if env("DJANGO_JOBS_TICK_EVERY", default=None) is not None:
     DJANGO_JOBS["SCHEDULES"] = {
         "test-tick": {
@@ -108,6 +109,7 @@ if env("DJANGO_JOBS_TICK_EVERY", default=None) is not None:
             "every": env.float("DJANGO_JOBS_TICK_EVERY"),
             "misfire_grace": env.float("DJANGO_JOBS_TICK_GRACE", default=None),
             "payload": {"sleep": env.float("DJANGO_JOBS_TICK_SLEEP", default=0)},
+            "on_running": env("DJANGO_JOBS_TICK_ON_RUNNING", default="skip"),
         }
     }
 
