@@ -49,13 +49,19 @@ def bench_url() -> str:
     return urllib.parse.urlsplit(url)._replace(path=f"/{BENCH_DB}").geturl()
 
 
+def libpq_url(url: str) -> str:
+    """``url`` without its query: Django options such as ``?prepare_threshold=5`` ride on
+    DATABASE_URL for the workers, and libpq refuses them."""
+    return urllib.parse.urlsplit(url)._replace(query="").geturl()
+
+
 def recreate_database(url: str) -> None:
     """A fresh database each run: its schema is what the migrations make today (an edited
     migration is not re-applied to an old one), and a second run at the same time stops here
     (database in use) instead of truncating the other's jobs."""
     import psycopg
 
-    admin = urllib.parse.urlsplit(url)._replace(path="/postgres").geturl()
+    admin = urllib.parse.urlsplit(url)._replace(path="/postgres", query="").geturl()
     with psycopg.connect(admin, autocommit=True) as conn:
         try:
             conn.execute(f'DROP DATABASE IF EXISTS "{BENCH_DB}"')
@@ -123,7 +129,7 @@ def drain(n: int, args: argparse.Namespace, url: str) -> dict[str, Any]:
         cmd += ["--batch-size", str(args.batch_size)]
     if args.metrics:
         cmd += ["--metrics-port", "0"]  # each worker: any free port (its counters cost is measured)
-    with psycopg.connect(url, autocommit=True) as conn:
+    with psycopg.connect(libpq_url(url), autocommit=True) as conn:
         left = conn.execute(REMAINING_SQL).fetchone()[0]  # type: ignore[index]
         assert left == n, f"backlog has {left} jobs, expected {n}"
         cpu0 = resource.getrusage(resource.RUSAGE_CHILDREN)
