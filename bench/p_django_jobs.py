@@ -119,7 +119,11 @@ class Peer(BasePeer):
         self._versions: dict[str, str] | None = None
 
     def url(self) -> str:
-        return f"postgres://{PG['user']}:{PG['password']}@{PG['host']}:{PG['port']}/{self.db}"
+        """The workers' and the enqueue helper's DATABASE_URL. BENCH_PREPARE_THRESHOLD=N adds
+        Django's ``OPTIONS["prepare_threshold"]`` (docs/scaling.md, "Prepared statements")."""
+        url = f"postgres://{PG['user']}:{PG['password']}@{PG['host']}:{PG['port']}/{self.db}"
+        threshold = os.environ.get("BENCH_PREPARE_THRESHOLD")
+        return f"{url}?prepare_threshold={int(threshold)}" if threshold else url
 
     def env(self) -> dict[str, str]:
         return {
