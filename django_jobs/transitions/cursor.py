@@ -30,6 +30,16 @@ def bound_cursor(alias: str) -> Iterator[psycopg.Cursor]:
             yield cursor
 
 
+class _QueryKeepingCursor(psycopg.Cursor[Any]):
+    """Keeps the statement it ran where Django's query log reads it (``cursor._query``), also
+    when psycopg ran it as a prepared statement (``OPTIONS["prepare_threshold"]``): psycopg
+    leaves it unset then, and Django would log the statement as ``None``."""
+
+    def _maybe_prepare_gen(self, pgq: Any, *, prepare: bool | None = None, binary: bool | None = None) -> Any:
+        self._query = pgq
+        return (yield from super()._maybe_prepare_gen(pgq, prepare=prepare, binary=binary))
+
+
 def django_bound_cursor(alias: str) -> Any:
     """A server-binding cursor wrapped as Django wraps its own: for statements a web request runs.
 
@@ -41,4 +51,4 @@ def django_bound_cursor(alias: str) -> Any:
     with connection.wrap_database_errors:
         connection.ensure_connection()
         # The wrapping Django's own connection.cursor() applies (debug log, execute wrappers).
-        return connection._prepare_cursor(psycopg.Cursor(connection.connection))  # type: ignore[attr-defined]
+        return connection._prepare_cursor(_QueryKeepingCursor(connection.connection))  # type: ignore[attr-defined]
