@@ -138,6 +138,7 @@ def job_table_scans(queries: list[dict[str, Any]]) -> Iterator[str]:
     claim index costs, and the planner's choice flips with its statistics.
     """
     with connection.cursor() as cursor:
+        partial = _partial_indexes(cursor)
         for query in queries:
             sql = query["sql"]
             statement = sql.lstrip().upper()
@@ -148,7 +149,7 @@ def job_table_scans(queries: list[dict[str, Any]]) -> Iterator[str]:
                 cursor.execute("EXPLAIN (FORMAT JSON) " + sql)
                 plan = cursor.fetchone()[0]
             plan = json.loads(plan) if isinstance(plan, str) else plan
-            if _reads_whole_table(plan[0]["Plan"], None, _partial_indexes(cursor)):
+            if _reads_whole_table(plan[0]["Plan"], None, partial):
                 yield sql
 
 
