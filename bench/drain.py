@@ -61,7 +61,7 @@ def recreate_database(url: str) -> None:
     (database in use) instead of truncating the other's jobs."""
     import psycopg
 
-    admin = urllib.parse.urlsplit(url)._replace(path="/postgres", query="").geturl()
+    admin = libpq_url(urllib.parse.urlsplit(url)._replace(path="/postgres").geturl())
     with psycopg.connect(admin, autocommit=True) as conn:
         try:
             conn.execute(f'DROP DATABASE IF EXISTS "{BENCH_DB}"')
