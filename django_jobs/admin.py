@@ -17,8 +17,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import re
-from collections.abc import Callable, Iterator
-from contextlib import ExitStack, contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -26,7 +25,7 @@ from django.contrib import admin, messages
 from django.contrib.admin.views.main import ChangeList
 from django.core.exceptions import BadRequest
 from django.core.paginator import InvalidPage, Paginator
-from django.db import connections, router, transaction
+from django.db import connections
 from django.db.models import BooleanField, ExpressionWrapper, Q, QuerySet
 from django.db.models.functions import Now
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseBadRequest, HttpResponseRedirect
@@ -39,7 +38,7 @@ from django.utils.html import format_html
 from django.utils.http import urlencode
 from django.views.decorators.http import require_http_methods
 
-from django_jobs import dashboard, diagnosis, masking, queues, transitions
+from django_jobs import consolelog, dashboard, diagnosis, masking, queues, transitions
 from django_jobs.conf import jobs_settings
 from django_jobs.models import ExternalCall, Job, JobEvent, Queue
 from django_jobs.registry import QUEUE_RE
@@ -602,9 +601,9 @@ class JobAdmin(ModelAdmin):
         done, refused = 0, []
         for job in jobs:
             try:
-                with _audited_transaction():
+                with consolelog.audited_change(self, request) as audit:
                     outcome = action.run(job.id, actor, reason)
-                    self.log_change(request, job, f"{outcome}: {reason}")
+                    audit.log(job, f"{outcome}: {reason}")
             except transitions.ActionRefused as exc:
                 refused.append(str(exc))
                 continue
@@ -635,11 +634,10 @@ class JobAdmin(ModelAdmin):
         error = _reason_problem(reason) if request.method == "POST" else None
         if request.method == "POST" and error is None:
             try:
-                with _audited_transaction():
+                with consolelog.audited_change(self, request) as audit:
                     QUEUE_VERBS[verb].run(name, actor=request.user.get_username(), reason=reason)
                     queue = Queue.objects.using(jobs_settings.DATABASE).get(name=name)
-                    # The admin's log takes any model's row; only the stubs tie it to Job.
-                    self.log_change(request, queue, f"{QUEUE_VERBS[verb].done}: {reason}")  # type: ignore[arg-type]
+                    audit.log(queue, f"{QUEUE_VERBS[verb].done}: {reason}")
             except (queues.InvalidQueue, transitions.ActionRefused) as exc:
                 messages.warning(request, str(exc))
             else:
@@ -686,21 +684,6 @@ class JobChangeList(ChangeList):
 
     def get_queryset(self, request: HttpRequest, *args: Any, **kwargs: Any) -> QuerySet[Job]:
         return super().get_queryset(request, *args, **kwargs).only(*LIST_COLUMNS)
-
-
-@contextmanager
-def _audited_transaction() -> Iterator[None]:
-    """One transaction for an action's transition, its event and the admin's log entry: a
-    crash between them leaves all or none. (All are atomic together when the job tables and
-    ``LogEntry`` share a database, which is how ``DJANGO_JOBS["DATABASE"]`` is meant.)"""
-    from django.contrib.admin.models import LogEntry
-
-    jobs_alias, log_alias = jobs_settings.DATABASE, router.db_for_write(LogEntry)
-    with ExitStack() as transactions:
-        transactions.enter_context(transaction.atomic(using=jobs_alias))
-        if log_alias != jobs_alias:
-            transactions.enter_context(transaction.atomic(using=log_alias))
-        yield
 
 
 #: The job page lists this many marks of external calls, newest first.

@@ -10,7 +10,7 @@ from typing import Any
 from django.apps import AppConfig
 from django.conf import settings
 from django.core.checks import CheckMessage, Error, Tags, Warning, register
-from django.db import connections
+from django.db import connections, router
 
 from django_jobs.conf import DEFAULTS
 from django_jobs.registry import QUEUE_RE
@@ -214,6 +214,7 @@ def check_database(app_configs: Sequence[AppConfig] | None = None, **kwargs: Any
                 id="django_jobs.E008",
             )
         )
+    messages.extend(_check_routing(alias))
     if alias != "default":
         messages.append(
             Warning(
@@ -226,6 +227,32 @@ def check_database(app_configs: Sequence[AppConfig] | None = None, **kwargs: Any
             )
         )
     return messages
+
+
+def _check_routing(alias: str) -> list[CheckMessage]:
+    """The project's routers must send django_jobs' models, and their migrations, to ``alias``
+    alone: the console, the ORM reads and ``migrate`` go where the routers say."""
+    from django_jobs.models import Job
+
+    problems = []
+    read, write = router.db_for_read(Job), router.db_for_write(Job)
+    if read != alias or write != alias:
+        problems.append(f"its models are read from {read!r} and written to {write!r}")
+    if not router.allow_migrate_model(alias, Job):
+        problems.append(f"migrate would not create its tables on {alias!r}")
+    if alias != "default" and router.allow_migrate_model("default", Job):
+        problems.append("migrate would create empty job tables on 'default' too")
+    if not problems:
+        return []
+    return [
+        Error(
+            f"DJANGO_JOBS['DATABASE'] is {alias!r} but the database routers disagree: "
+            + "; ".join(problems) + ".",
+            hint="Add 'django_jobs.routers.JobsRouter' to DATABASE_ROUTERS (before any router "
+            "that routes every model), see docs/scaling.md.",
+            id="django_jobs.E050",
+        )
+    ]
 
 
 @register(Tags.compatibility)

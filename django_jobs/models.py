@@ -584,3 +584,30 @@ class ScheduleEvent(models.Model):
 
     def __str__(self) -> str:
         return f"{self.kind} schedule={self.schedule} by {self.actor}"
+
+
+class PendingLogEntry(models.Model):
+    """A Django admin ``LogEntry`` owed for a console action, kept on the jobs database.
+
+    When ``LogEntry`` lives on another database than the job tables, the two cannot commit in
+    one transaction. The action's event (``JobEvent``, ``QueueEvent``, ``ScheduleEvent``) is the
+    record of truth; this row commits with it, and is turned into the ``LogEntry`` once that
+    has committed (see ``django_jobs.consolelog``). A row is deleted only once its entry exists.
+    """
+
+    id = models.BigAutoField(primary_key=True)
+    #: The jobs database's clock at the action: the entry's ``action_time``.
+    action_time = models.DateTimeField(db_default=Now())
+    #: The acting user's primary key, as text (the user table is on the log's database).
+    user_id = models.CharField(max_length=255)
+    content_type_id = models.IntegerField()
+    object_id = models.TextField()
+    object_repr = models.CharField(max_length=200)
+    action_flag = models.PositiveSmallIntegerField()
+    change_message = models.TextField()
+
+    class Meta:
+        ordering = ("id",)
+
+    def __str__(self) -> str:
+        return f"log entry owed for {self.object_repr}: {self.change_message}"

@@ -43,7 +43,7 @@ from typing import Any
 from django.db import connections
 from django.db.models.functions import Now
 
-from django_jobs import logs, signals, transitions
+from django_jobs import consolelog, logs, signals, transitions
 from django_jobs.backoff import Random
 from django_jobs.conf import jobs_settings
 from django_jobs.decision import Happened, Situation, decide
@@ -92,6 +92,8 @@ class ReapResult:
     jobs: list[Recovered] = field(default_factory=list)
     #: Retention spent its time budget with more jobs due: the next pass should come at once.
     retention_behind: bool = False
+    #: The housekeeping steps that failed this pass (each is logged with its error).
+    failed_steps: list[str] = field(default_factory=list)
 
     @property
     def total_recovered(self) -> int:
@@ -99,11 +101,14 @@ class ReapResult:
 
     def as_dict(self) -> dict[str, Any]:
         """The pass as plain JSON values: counts, and each recovery job by job."""
-        return {
+        report: dict[str, Any] = {
             "recovered": [job.as_dict() for job in self.jobs],
             "recovered_by_status": dict(sorted(self.recovered.items())),
             "pruned": dict(sorted(self.pruned.items())),
         }
+        if self.failed_steps:
+            report["failed_steps"] = list(self.failed_steps)
+        return report
 
 
 def decide_recovery(expired: Expired, rng: Random = random.random) -> Recovery:
@@ -269,7 +274,8 @@ def _prune(limit_per_status: int | None, budget: float | None) -> tuple[dict[str
 
 def forget_silent_workers() -> int:
     """Remove workers that have not reported for a day (killed without a chance to say so)."""
-    return LiveWorker.objects.filter(last_seen_at__lt=Now() - dt.timedelta(days=1)).delete()[0]
+    workers = LiveWorker.objects.using(jobs_settings.DATABASE)
+    return workers.filter(last_seen_at__lt=Now() - dt.timedelta(days=1)).delete()[0]
 
 
 def tidy_limits(limit: int = 10 * BATCH) -> int:
@@ -298,6 +304,12 @@ def prune_ticks(limit: int = 10 * BATCH) -> int:
     return pruned
 
 
+#: What each pass does after recovery and retention, in order.
+HOUSEKEEPING: tuple[Callable[[], int], ...] = (
+    forget_silent_workers, tidy_limits, prune_ticks, consolelog.deliver_pending,
+)
+
+
 def run_once() -> ReapResult:
     """One pass: recover expired leases, then apply retention; says what it did."""
     jobs = recover_jobs()
@@ -306,10 +318,24 @@ def run_once() -> ReapResult:
         counts[job.status] = counts.get(job.status, 0) + 1
     pruned, behind = _prune(None, None)
     result = ReapResult(recovered=counts, pruned=pruned, jobs=jobs, retention_behind=behind)
-    forget_silent_workers()
-    tidy_limits()
-    prune_ticks()
+    for step in HOUSEKEEPING:
+        if not _run_step(step):
+            result.failed_steps.append(step.__name__)
     return result
+
+
+def _run_step(step: Callable[[], int]) -> bool:
+    """Run one housekeeping step; whether it succeeded. A failure is logged with its step and
+    error and does not keep the other steps from running; an unreachable database ends the
+    pass, as nothing else could run either."""
+    try:
+        step()
+    except DATABASE_UNAVAILABLE:
+        raise
+    except Exception:
+        logger.exception("reaper step %s failed; the next pass tries again", step.__name__)
+        return False
+    return True
 
 
 class ReaperLoop(threading.Thread):

@@ -23,7 +23,7 @@ from django.utils.decorators import method_decorator
 from django.utils.html import format_html
 from django.views.decorators.http import require_http_methods
 
-from django_jobs import transitions
+from django_jobs import consolelog, transitions
 from django_jobs.conf import jobs_settings
 from django_jobs.models import Job, ScheduleState, ScheduleTick
 from django_jobs.scheduler import run_now
@@ -121,14 +121,11 @@ class ScheduleTickAdmin(admin.ModelAdmin):  # type: ignore[type-arg]  # generic 
         reason = request.POST.get("reason", "").strip() if request.method == "POST" else ""
         error = _reason_problem(reason) if request.method == "POST" else None
         if request.method == "POST" and error is None:
-            from django_jobs.admin import _audited_transaction  # the admin module imports this one
-
             actor = request.user.get_username()
             try:
-                with _audited_transaction():  # the change, its event and the log entry, or none
+                with consolelog.audited_change(self, request) as audit:  # change, event and log
                     done = _apply(verb, declared.get(name), name, actor, reason)
-                    message = f"Schedule {name} {action.done}: {reason}"
-                    self.log_change(request, ScheduleState(name=name), message)
+                    audit.log(ScheduleState(name=name), f"Schedule {name} {action.done}: {reason}")
             except transitions.ActionRefused as exc:
                 messages.warning(request, str(exc))
             else:

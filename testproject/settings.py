@@ -63,6 +63,8 @@ DATABASES = {
 }
 # Separate test runs on one server (two checkouts, say) can use separate test databases.
 DATABASES["default"]["TEST"] = {"NAME": env("TEST_DATABASE_NAME", default=None)}
+# The job tables' queries go to DJANGO_JOBS["DATABASE"], whichever database that is.
+DATABASE_ROUTERS = ["django_jobs.routers.JobsRouter"]
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 USE_TZ = True
 TIME_ZONE = "UTC"
