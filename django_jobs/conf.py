@@ -3,8 +3,10 @@
 Every key, its default and its meaning. Durations are seconds; floats are allowed.
 
 ``DATABASE`` ("default")
-    Alias of the database that holds the job tables. When it is not the alias your business
-    writes use, ``enqueue()`` is no longer atomic with them (check ``django_jobs.W001``).
+    Alias of the database that holds the job tables. Another alias needs
+    ``django_jobs.routers.JobsRouter`` in ``DATABASE_ROUTERS`` (check ``django_jobs.E050``); when
+    it is not the alias your business writes use, ``enqueue()`` is no longer atomic with them
+    (check ``django_jobs.W001``).
 ``NOTIFY`` (True)
     Workers LISTEN for new jobs and start them within milliseconds. False: polling only (every
     ``POLL_INTERVAL``), for PgBouncer in transaction mode, which cannot hold a LISTEN.

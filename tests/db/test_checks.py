@@ -117,3 +117,44 @@ def test_upcasters_beyond_the_version_are_an_error() -> None:
         assert ids(check_upcasters()) == ["django_jobs.E010"]
     finally:
         registry.unregister("test.upcast_beyond")
+
+
+class EverythingElsewhere:
+    """A project's router that sends every model, django_jobs' too, to another database."""
+
+    def db_for_read(self, model: Any, **hints: Any) -> str:
+        return "replica"
+
+    def db_for_write(self, model: Any, **hints: Any) -> str:
+        return "replica"
+
+    def allow_migrate(self, db: str, app_label: str, **hints: Any) -> bool:
+        return db == "replica"
+
+
+def test_routers_that_send_the_job_tables_elsewhere_are_an_error() -> None:
+    with override_settings(DATABASE_ROUTERS=[f"{__name__}.EverythingElsewhere"]):
+        [error] = check_database()
+    assert error.id == "django_jobs.E050"
+    assert "read from 'replica'" in error.msg and "would not create its tables on 'default'" in error.msg
+
+
+def test_the_jobs_router_first_wins_over_a_router_of_every_model() -> None:
+    routers = ["django_jobs.routers.JobsRouter", f"{__name__}.EverythingElsewhere"]
+    with override_settings(DATABASE_ROUTERS=routers):
+        assert check_database() == []
+
+
+def test_the_jobs_router_sends_only_the_job_tables_to_the_jobs_database() -> None:
+    from django.contrib.auth.models import User
+
+    from django_jobs.models import Job, PendingLogEntry
+    from django_jobs.routers import JobsRouter
+
+    jobs_router = JobsRouter()
+    with override_settings(DJANGO_JOBS={"DATABASE": "jobs"}):
+        assert jobs_router.db_for_read(Job) == jobs_router.db_for_write(PendingLogEntry) == "jobs"
+        assert jobs_router.db_for_read(User) is None and jobs_router.db_for_write(User) is None
+        assert jobs_router.allow_migrate("jobs", "django_jobs") is True
+        assert jobs_router.allow_migrate("default", "django_jobs", model_name="job") is False
+        assert jobs_router.allow_migrate("default", "auth") is None
