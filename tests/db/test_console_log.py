@@ -55,7 +55,8 @@ def test_owed_entries_are_written_once_with_the_time_of_their_action() -> None:
     # The second was written before a crash kept its pending row from being deleted.
     LogEntry.objects.create(
         action_time=cancelled.action_time, user=ops, content_type_id=cancelled.content_type_id,
-        object_id=cancelled.object_id, object_repr="x", action_flag=CHANGE, change_message=cancelled.change_message,
+        object_id=cancelled.object_id, object_repr="x", action_flag=CHANGE,
+        change_message=cancelled.change_message,
     )  # fmt: skip
 
     assert consolelog.deliver_pending() == 2
