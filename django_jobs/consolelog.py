@@ -91,8 +91,9 @@ def audited_change(model_admin: ModelAdmin[Any], request: HttpRequest) -> Iterat
             deliver_pending(ids=audit.owed)
         except DatabaseError as exc:
             logger.warning(
-                "admin log entry not written yet (%s): the reaper writes it on its next pass; "
-                "the job's own event is recorded", type(exc).__name__,
+                "admin log entry not written yet pending_ids=%s error=%s: the action and its event "
+                "are recorded; the reaper writes the entry on its next pass",
+                audit.owed, type(exc).__name__,
             )  # fmt: skip
 
 
