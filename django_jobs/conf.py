@@ -62,7 +62,8 @@ Every key, its default and its meaning. Durations are seconds; floats are allowe
 ``METRICS_TOKEN`` (None)
     The bearer token a Prometheus scrape of the ``django_jobs.urls`` metrics view presents
     (``Authorization: Bearer <token>``), compared in constant time. Without it, only a signed
-    in staff user may read the view; an anonymous scrape is refused either way.
+    in staff user may read the view; an anonymous scrape is refused either way. A credential:
+    never logged (``CREDENTIAL_SETTINGS``).
 ``LIVENESS_STALL_LIMIT`` (None: 3 × ``HEARTBEAT_INTERVAL``, at least 30)
     A worker whose claim loop or heartbeat thread has not turned for this long is not live.
 ``LIVENESS_OUTAGE_LIMIT`` (None: 2 × ``LEASE_TIMEOUT``, at least 60)
@@ -126,6 +127,10 @@ DEFAULTS: dict[str, Any] = {
     "LIVENESS_STUCK_LIMIT": None,
     "RETENTION": {"completed": 7 * DAY, "skipped": 7 * DAY, "cancelled": 30 * DAY, "failed": None},
 }
+
+#: Settings whose values are credentials: the worker's start-up log, and anything else that
+#: lists the settings, names them without their values.
+CREDENTIAL_SETTINGS = frozenset({"METRICS_TOKEN"})
 
 
 class Settings:
