@@ -21,7 +21,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from html.parser import HTMLParser
 from typing import Any
-from urllib.parse import parse_qsl, urlencode, urlsplit
+from urllib.parse import parse_qsl, quote, urlencode, urlsplit
 
 import pytest
 from django.contrib.admin import ModelAdmin
@@ -230,6 +230,15 @@ def path_variants(url: str, console_url: ConsoleUrl) -> Iterator[str]:
         yield _with_query(reverse(console_url.name, kwargs=kwargs), _query(url))
 
 
+def segment_variants(url: str) -> Iterator[str]:
+    """``url`` with markup in place of each segment of its path, fixed words included: a path
+    that no longer resolves reaches the admin's catch-all view and the 404 page."""
+    segments = urlsplit(url).path.split("/")
+    for i, segment in enumerate(segments):
+        if segment:
+            yield "/".join([*segments[:i], quote(MARKUP, safe=""), *segments[i + 1 :]])
+
+
 Request = tuple[str, str, dict[str, str]]  # method, url, form data
 
 
@@ -238,6 +247,8 @@ def requests_of(url: str, console_url: ConsoleUrl, names: set[str]) -> Iterator[
     for variant in path_variants(url, console_url):
         yield "GET", variant, {}
         yield "POST", variant, {"reason": MARKUP}
+    for variant in segment_variants(url):
+        yield "GET", variant, {}
     query = _query(url)
     for name in sorted(names):
         yield "GET", _with_query(url, {**query, name: MARKUP}), {}
