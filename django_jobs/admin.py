@@ -28,7 +28,7 @@ from django.core.paginator import InvalidPage, Paginator
 from django.db import connections
 from django.db.models import BooleanField, ExpressionWrapper, Q, QuerySet
 from django.db.models.functions import Now
-from django.http import Http404, HttpRequest, HttpResponse, HttpResponseBadRequest, HttpResponseRedirect
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
 from django.utils import timezone
@@ -482,7 +482,7 @@ class JobAdmin(ModelAdmin):
     ) -> HttpResponse:
         before = request.GET.get("events_before")
         if before is not None and not _EVENT_ID.match(before):
-            return HttpResponseBadRequest("events_before must be an event id")
+            return _bad_request("events_before must be an event id")
         job = self.get_object(request, object_id)
         context = dict(extra_context or {})
         if job is not None:
@@ -551,7 +551,7 @@ class JobAdmin(ModelAdmin):
         if not self.has_view_permission(request):
             return self.forbidden(request, "You may not see jobs.", "django_jobs.view_job")
         if action is None:
-            return HttpResponseBadRequest(f"unknown action {action_name!r}")
+            return _bad_request(f"unknown action {action_name!r}")
         if not request.user.has_perm(f"django_jobs.{action.permission}"):
             return self.forbidden(
                 request, f"You may see jobs but not {action.label.lower()} them.",
@@ -560,10 +560,10 @@ class JobAdmin(ModelAdmin):
         raw = (request.POST if request.method == "POST" else request.GET).get("ids", "")
         parts = [part.strip() for part in raw.split(",") if part.strip()]
         if not all(_JOB_ID.match(part) and not part.startswith("#") for part in parts):
-            return HttpResponseBadRequest("ids must be job ids separated by commas")
+            return _bad_request("ids must be job ids separated by commas")
         ids = sorted({int(part) for part in parts})
         if not ids or len(ids) > MAX_IDS_PER_ACTION:
-            return HttpResponseBadRequest(f"give between 1 and {MAX_IDS_PER_ACTION} job ids")
+            return _bad_request(f"give between 1 and {MAX_IDS_PER_ACTION} job ids")
         jobs = list(Job.objects.filter(id__in=ids).only(*CONFIRM_COLUMNS).order_by("-id"))
         if not jobs:
             raise Http404("none of these jobs exists")
@@ -624,12 +624,12 @@ class JobAdmin(ModelAdmin):
         if not self.has_view_permission(request):
             return self.forbidden(request, "You may not see jobs.", "django_jobs.view_job")
         if verb not in QUEUE_VERBS:
-            return HttpResponseBadRequest(f"unknown queue action {verb!r}")
+            return _bad_request(f"unknown queue action {verb!r}")
         if not request.user.has_perm(PAUSE_PERMISSION):
             return self.forbidden(request, f"You may see jobs but not {verb} queues.", PAUSE_PERMISSION)
         name = (request.POST if request.method == "POST" else request.GET).get("queue", "")
         if not QUEUE_RE.fullmatch(name):
-            return HttpResponseBadRequest("queue must be a queue's name")
+            return _bad_request("queue must be a queue's name")
         reason = request.POST.get("reason", "").strip() if request.method == "POST" else ""
         error = _reason_problem(reason) if request.method == "POST" else None
         if request.method == "POST" and error is None:
@@ -672,6 +672,14 @@ class JobAdmin(ModelAdmin):
             "heartbeat_interval": jobs_settings.HEARTBEAT_INTERVAL,
         }
         return TemplateResponse(request, "admin/django_jobs/job/dashboard.html", context)
+
+
+def _bad_request(text: str) -> HttpResponse:
+    """A 400 that says what was wrong, as plain text: it may quote the URL, and a quote of
+    ``<script>`` must never be read as markup in the admin's origin."""
+    response = HttpResponse(text, status=400, content_type="text/plain; charset=utf-8")
+    response["X-Content-Type-Options"] = "nosniff"
+    return response
 
 
 #: A job id as typed by a person: ASCII digits that fit a bigint, optionally after "#".

@@ -62,9 +62,16 @@ Every key, its default and its meaning. Durations are seconds; floats are allowe
     A running job whose lease expired is a warning; one expired more than this many
     ``REAPER_INTERVAL`` ago is critical: no reaper is running.
 ``METRICS_TOKEN`` (None)
-    The bearer token a Prometheus scrape of the ``django_jobs.urls`` metrics view presents
-    (``Authorization: Bearer <token>``), compared in constant time. Without it, only a signed
-    in staff user may read the view; an anonymous scrape is refused either way.
+    The bearer token a Prometheus scrape of the ``django_jobs.urls`` metrics view, or of a
+    worker's ``runjobs --metrics-port``, presents (``Authorization: Bearer <token>``), compared
+    in constant time. Without it, only a signed in staff user may read the view (an anonymous
+    scrape is refused either way), and a worker's port serves anyone who reaches it (it listens
+    on 127.0.0.1 unless told otherwise). A credential:
+    never logged (``CREDENTIAL_SETTINGS``).
+``METRICS_MAX_LABEL_VALUES`` (100)
+    Most distinct values each label of a worker's metrics holds (``type``, ``queue``, ``code``,
+    ``status``); later values are counted under ``other``. Error codes and queue names are
+    chosen by handlers and callers: one that held a job's id would make a series per job.
 ``LIVENESS_STALL_LIMIT`` (None: 3 × ``HEARTBEAT_INTERVAL``, at least 30)
     A worker whose claim loop or heartbeat thread has not turned for this long is not live.
 ``LIVENESS_OUTAGE_LIMIT`` (None: 2 × ``LEASE_TIMEOUT``, at least 60)
@@ -123,11 +130,16 @@ DEFAULTS: dict[str, Any] = {
     "CHECK_OLDEST_DUE_CRITICAL": 1800.0,
     "CHECK_STALE_REAPER_INTERVALS": 3.0,
     "METRICS_TOKEN": None,
+    "METRICS_MAX_LABEL_VALUES": 100,
     "LIVENESS_STALL_LIMIT": None,
     "LIVENESS_OUTAGE_LIMIT": None,
     "LIVENESS_STUCK_LIMIT": None,
     "RETENTION": {"completed": 7 * DAY, "skipped": 7 * DAY, "cancelled": 30 * DAY, "failed": None},
 }
+
+#: Settings whose values are credentials: the worker's start-up log, and anything else that
+#: lists the settings, names them without their values.
+CREDENTIAL_SETTINGS = frozenset({"METRICS_TOKEN"})
 
 
 class Settings:
@@ -241,6 +253,10 @@ class Settings:
     def METRICS_TOKEN(self) -> str | None:
         token = self._get("METRICS_TOKEN")
         return None if token is None else str(token)
+
+    @property
+    def METRICS_MAX_LABEL_VALUES(self) -> int:
+        return int(self._get("METRICS_MAX_LABEL_VALUES"))
 
     @property
     def LIVENESS_STALL_LIMIT(self) -> float:

@@ -40,8 +40,8 @@ import uuid
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, Protocol
 
-from django_jobs.conf import DEFAULTS
-from django_jobs.sanitize import REDACTED, is_secret_name, storable_text
+from django_jobs.conf import CREDENTIAL_SETTINGS, DEFAULTS
+from django_jobs.sanitize import REDACTED, is_secret_name, sanitize, storable_text
 
 if TYPE_CHECKING:
     from django_jobs.context import Lease
@@ -77,8 +77,24 @@ def install_console_handler(verbosity: int = 1) -> bool:
 
 
 def changed_settings(user: dict[str, Any]) -> list[str]:
-    """``KEY=value`` for each setting the project set to something else than its default."""
-    return [f"{key}={user[key]!r}" for key in sorted(user) if key in DEFAULTS and user[key] != DEFAULTS[key]]
+    """``KEY=value`` for each setting the project set to something else than its default.
+
+    The value of a setting that holds a credential (``CREDENTIAL_SETTINGS``, or one named like a
+    secret) is never shown, only that it is set; any other value is shown sanitized, as a stored
+    error is (a schedule's payload may carry an API key). The text is safe before it reaches a
+    formatter, so no formatter can print a secret from it.
+    """
+    return [
+        f"{key}={_shown_setting(key, user[key])}"
+        for key in sorted(user)
+        if key in DEFAULTS and user[key] != DEFAULTS[key]
+    ]
+
+
+def _shown_setting(key: str, value: Any) -> str:
+    if key in CREDENTIAL_SETTINGS or is_secret_name(key):
+        return REDACTED
+    return sanitize(repr(value))
 
 
 class Execution(Protocol):

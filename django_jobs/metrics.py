@@ -9,6 +9,11 @@ Two kinds, as the peers split them (celery-exporter, River's and Oban's telemetr
   dashboard's own figures (``django_jobs.dashboard.queue_rows``), served by the view of
   ``django_jobs.urls``.
 
+Every label a worker's counters carry holds at most ``METRICS_MAX_LABEL_VALUES`` distinct
+values (:class:`LabelValues`); later values are counted as ``other``. Error codes and queues are
+strings that handlers and callers choose: a handler that put a job's id in its code would
+otherwise make a series per job, in every worker, for as long as it runs.
+
 Without prometheus-client every hook here is one attribute check (``AVAILABLE`` or the
 worker's ``None``). With it, a finished job costs a dict lookup and two or three updates of
 prometheus-client's children, which this module caches by (type, queue).
@@ -17,6 +22,7 @@ prometheus-client's children, which this module caches by (type, queue).
 from __future__ import annotations
 
 import bisect
+import hmac
 import importlib.util
 import threading
 from collections.abc import Iterable, Iterator
@@ -58,6 +64,7 @@ def usable() -> bool:
             AVAILABLE = False
     return AVAILABLE
 
+
 PREFIX = "django_jobs"
 #: Run time buckets (seconds): from no-op jobs to the hour-long report.
 RUN_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600)
@@ -88,6 +95,47 @@ _HISTOGRAMS = (
 )
 
 
+#: The value a label takes in place of any past the first ``METRICS_MAX_LABEL_VALUES``.
+OTHER = "other"
+
+
+class LabelValues:
+    """The distinct values one label has taken, up to ``cap``: any later one is :data:`OTHER`.
+
+    The first values seen keep their own series for the life of the process, so a series
+    never changes its meaning between scrapes.
+    """
+
+    __slots__ = ("_lock", "cap", "seen")
+
+    def __init__(self, cap: int) -> None:
+        self.cap = cap
+        self.seen: set[str] = set()
+        self._lock = threading.Lock()
+
+    def fold(self, value: str) -> str:
+        if value in self.seen:  # the common case, without the lock
+            return value
+        if len(self.seen) >= self.cap:  # full: it never shrinks
+            return OTHER
+        with self._lock:
+            if value in self.seen:
+                return value
+            if len(self.seen) >= self.cap:
+                return OTHER
+            self.seen.add(value)
+            return value
+
+
+def bearer_token_matches(authorization: str, token: str) -> bool:
+    """Whether an ``Authorization`` header presents ``token`` as its bearer token.
+
+    Compared in constant time: the time to refuse says nothing of how close a guess was.
+    """
+    scheme, _, presented = authorization.partition(" ")
+    return scheme.lower() == "bearer" and hmac.compare_digest(presented.strip().encode(), token.encode())
+
+
 class _Histogram:
     """Bucket counts as prometheus-client keeps them, without its locks per bucket."""
 
@@ -115,11 +163,12 @@ class _Histogram:
 
 
 class _Series:
-    """What one (type, queue) of a worker counted."""
+    """What one (type, queue) of a worker counted, under its labels' folded values."""
 
-    __slots__ = ("counts", "run", "wait")
+    __slots__ = ("counts", "queue", "run", "type", "wait")
 
-    def __init__(self) -> None:
+    def __init__(self, type_name: str, queue: str) -> None:
+        self.type, self.queue = type_name, queue
         self.counts = dict.fromkeys((name for name, _ in _COUNTERS), 0)
         self.run = _Histogram(RUN_BUCKETS)
         self.wait = _Histogram(WAIT_BUCKETS)
@@ -134,12 +183,17 @@ class Metrics:
     hundred nanoseconds), turned into metric families only when scraped.
     """
 
-    def __init__(self, registry: Any = None) -> None:
-        """Registered on ``registry``, by default prometheus-client's default registry."""
+    def __init__(self, registry: Any = None, max_label_values: int | None = None) -> None:
+        """Registered on ``registry``, by default prometheus-client's default registry; each
+        label holds at most ``max_label_values`` values (default: the setting)."""
         import prometheus_client
         from prometheus_client import Counter
 
+        from django_jobs.conf import jobs_settings
+
         registry = registry or prometheus_client.REGISTRY
+        cap = jobs_settings.METRICS_MAX_LABEL_VALUES if max_label_values is None else max_label_values
+        self.label_values = {name: LabelValues(cap) for name in ("type", "queue", "code", "status")}
         self.enqueued = Counter(
             f"{PREFIX}_enqueued",
             "Jobs enqueued (created: an enqueue deduplicated onto a job is not).",
@@ -157,14 +211,18 @@ class Metrics:
 
     def _of(self, type_name: str, queue: str) -> _Series:
         series = self._series.get((type_name, queue))
-        if series is None:
-            series = self._series.setdefault((type_name, queue), _Series())
+        if series is None:  # a new pair, or one folded into "other": fold its labels
+            folded = (self._fold("type", type_name), self._fold("queue", queue))
+            series = self._series.get(folded) or self._series.setdefault(folded, _Series(*folded))
         return series
+
+    def _fold(self, label: str, value: str) -> str:
+        return self.label_values[label].fold(value)
 
     # ---- hooks --------------------------------------------------------------------------------
 
     def on_enqueued(self, type_name: str, queue: str, count: int) -> None:
-        self.enqueued.labels(type_name, queue).inc(count)
+        self.enqueued.labels(self._fold("type", type_name), self._fold("queue", queue)).inc(count)
 
     def on_started(self, claim: Claim) -> None:
         series = self._of(claim.type, claim.queue)
@@ -187,13 +245,13 @@ class Metrics:
             elif outcome is not None and (
                 status == "failed" or (status == "pending" and outcome.event == "retry_scheduled")
             ):
-                key = ("failed" if status == "failed" else "retried", claim.type, claim.queue,
-                       outcome.error_code or "UNKNOWN")  # fmt: skip
+                key = ("failed" if status == "failed" else "retried", series.type, series.queue,
+                       self._fold("code", outcome.error_code or "UNKNOWN"))  # fmt: skip
                 self._coded[key] = self._coded.get(key, 0) + 1
 
     def on_reaped(self, result: ReapResult) -> None:
         for job in result.jobs:
-            self.recovered.labels(job.type, job.status).inc()
+            self.recovered.labels(self._fold("type", job.type), self._fold("status", job.status)).inc()
 
     # ---- a scrape -----------------------------------------------------------------------------
 
@@ -202,10 +260,10 @@ class Metrics:
         from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily
 
         with self._lock:
-            counts = {key: dict(s.counts) for key, s in self._series.items()}
+            counts = {(s.type, s.queue): dict(s.counts) for s in self._series.values()}
             histograms = {
-                (name, key): (hist.cumulative(), hist.sum)
-                for key, s in self._series.items()
+                (name, (s.type, s.queue)): (hist.cumulative(), hist.sum)
+                for s in self._series.values()
                 for name, hist in (("run_seconds", s.run), ("queue_wait_seconds", s.wait))
             }
             coded = dict(self._coded)

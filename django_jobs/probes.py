@@ -5,9 +5,13 @@ The HTTP server is a daemon thread of the worker (``http.server``, one thread pe
 
 - ``/metrics``: this worker's counters and histograms (prometheus-client's default registry),
   and its liveness and readiness as gauges; never a database query, so that scraping a fleet
-  of workers costs the database nothing;
+  of workers costs the database nothing. With ``METRICS_TOKEN`` set it answers only a request
+  that presents the token as a bearer token (401 otherwise), as the metrics view does; without
+  one it answers anyone who reaches the port, which listens on 127.0.0.1 unless told otherwise
+  (and warns at start when told to listen further without a token);
 - ``/healthz``: 200 ``ok`` while the worker is live, else 503 with the reasons, one a line;
-- ``/readyz``: 200 while it is ready, else 503 with the reasons.
+- ``/readyz``: 200 while it is ready, else 503 with the reasons. The probes need no token:
+  a kubelet's probe sends none, and they say only whether the worker is well, and why not.
 
 The health file is touched at most once a second while the worker is live, and not while it
 is not: its age is the probe (an exec probe or a systemd timer compares it with a limit).
@@ -15,6 +19,7 @@ is not: its age is the probe (an exec probe or a systemd timer compares it with 
 
 from __future__ import annotations
 
+import ipaddress
 import logging
 import os
 import threading
@@ -23,6 +28,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 from django_jobs.liveness import Liveness, Verdict
+from django_jobs.metrics import bearer_token_matches
 
 logger = logging.getLogger("django_jobs.probes")
 
@@ -38,17 +44,27 @@ class ProbeServer:
     """Binds at once (so that a port in use is an error before the worker starts), serves once
     :meth:`start` is given the worker's liveness."""
 
-    def __init__(self, host: str, port: int) -> None:
+    def __init__(self, host: str, port: int, token: str | None = None) -> None:
+        """Listen on ``host``:``port``; ``token``, when given, is the bearer token ``/metrics``
+        asks for."""
         try:
             self._server = ThreadingHTTPServer((host, port), _Handler, bind_and_activate=True)
         except OSError as exc:
             raise ProbeError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
         self._server.daemon_threads = True
         self.host, self.port = host, int(self._server.server_address[1])
+        self.token = token
         self._thread: threading.Thread | None = None
 
     def start(self, liveness: Liveness) -> None:
+        if self.token is None and not _loopback(str(self._server.server_address[0])):
+            logger.warning(
+                "metrics port %s:%s serves without a token: anyone who reaches it reads this "
+                "worker's job types, queues and error codes; set DJANGO_JOBS['METRICS_TOKEN']",
+                self.host, self.port,
+            )  # fmt: skip
         self._server.liveness = liveness  # type: ignore[attr-defined]
+        self._server.token = self.token  # type: ignore[attr-defined]
         self._thread = threading.Thread(
             target=self._server.serve_forever, kwargs={"poll_interval": 0.5},
             name="django_jobs-probes", daemon=True,
@@ -73,9 +89,19 @@ class _Handler(BaseHTTPRequestHandler):
         elif path == "/readyz":
             self._verdict(liveness.ready())
         elif path == "/metrics":
-            self._metrics(liveness)
+            if self._may_read_metrics():
+                self._metrics(liveness)
+            else:
+                self._send(401, b"a bearer token is required\n", "text/plain; charset=utf-8",
+                           {"WWW-Authenticate": 'Bearer realm="django_jobs"'})  # fmt: skip
         else:
             self._send(404, b"not found: /metrics, /healthz, /readyz\n", "text/plain; charset=utf-8")
+
+    def _may_read_metrics(self) -> bool:
+        """The rule of the metrics view, for a port that has no sessions: with a token set,
+        only a request that presents it."""
+        token: str | None = self.server.token  # type: ignore[attr-defined]
+        return token is None or bearer_token_matches(self.headers.get("Authorization", ""), token)
 
     def _verdict(self, verdict: Verdict) -> None:
         self._send(200 if verdict.ok else 503, verdict.text().encode(), "text/plain; charset=utf-8")
@@ -94,15 +120,27 @@ class _Handler(BaseHTTPRequestHandler):
         )
         self._send(200, own + health.encode(), CONTENT_TYPE_LATEST)
 
-    def _send(self, status: int, body: bytes, content_type: str) -> None:
+    def _send(
+        self, status: int, body: bytes, content_type: str, headers: dict[str, str] | None = None
+    ) -> None:
         self.send_response(status)
         self.send_header("Content-Type", content_type)
+        self.send_header("X-Content-Type-Options", "nosniff")
+        for name, value in (headers or {}).items():
+            self.send_header(name, value)
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
         self.wfile.write(body)
 
     def log_message(self, format: str, *args: object) -> None:
         pass  # a scrape every few seconds is not news; errors are logged by the server
+
+
+def _loopback(address: str) -> bool:
+    try:
+        return ipaddress.ip_address(address).is_loopback
+    except ValueError:
+        return False
 
 
 class HealthFile:

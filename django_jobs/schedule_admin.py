@@ -16,7 +16,7 @@ from typing import Any
 
 from django.contrib import admin, messages
 from django.db import connections
-from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest, HttpResponseRedirect
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
 from django.utils.decorators import method_decorator
@@ -109,15 +109,15 @@ class ScheduleTickAdmin(admin.ModelAdmin):  # type: ignore[type-arg]  # generic 
         """Disable, enable or run now one schedule (``?schedule=NAME``): a confirmation page
         with a reason, then the audited change."""
         if verb not in SCHEDULE_VERBS:
-            return HttpResponseBadRequest(f"unknown schedule action {verb!r}")
+            return _plain(f"unknown schedule action {verb!r}", status=400)
         if not request.user.has_perm(MANAGE_PERMISSION):
-            return HttpResponse(f"You may not {verb} schedules: it takes {MANAGE_PERMISSION}.", status=403)
+            return _plain(f"You may not {verb} schedules: it takes {MANAGE_PERMISSION}.", status=403)
         action = SCHEDULE_VERBS[verb]
         name = (request.POST if request.method == "POST" else request.GET).get("schedule", "")
         declared = {s.name: s for s in declared_schedules()}
         known = name in declared or ScheduleTick.objects.filter(schedule=name).exists()
         if not known or (action.needs_declaration and name not in declared):
-            return HttpResponseBadRequest("schedule must name a declared schedule")
+            return _plain("schedule must name a declared schedule", status=400)
         reason = request.POST.get("reason", "").strip() if request.method == "POST" else ""
         error = _reason_problem(reason) if request.method == "POST" else None
         if request.method == "POST" and error is None:
@@ -147,6 +147,13 @@ class ScheduleTickAdmin(admin.ModelAdmin):  # type: ignore[type-arg]  # generic 
             context,
             status=400 if error else 200,
         )
+
+
+def _plain(text: str, status: int) -> HttpResponse:
+    """A refusal as plain text: it may quote the URL, which must never be read as markup."""
+    response = HttpResponse(text, status=status, content_type="text/plain; charset=utf-8")
+    response["X-Content-Type-Options"] = "nosniff"
+    return response
 
 
 def _apply(verb: str, schedule: Schedule | None, name: str, actor: str, reason: str) -> str:

@@ -101,6 +101,10 @@ if env("DJANGO_JOBS_COMPLETED_RETENTION", default=None) is not None:
 if env("DJANGO_JOBS_NOTIFY", default=None) is not None:
     DJANGO_JOBS["NOTIFY"] = env.bool("DJANGO_JOBS_NOTIFY")
 
+# The bearer token of the metrics view and of a worker's metrics port (the metrics tests).
+if env("DJANGO_JOBS_METRICS_TOKEN", default=None):
+    DJANGO_JOBS["METRICS_TOKEN"] = env("DJANGO_JOBS_METRICS_TOKEN")
+
 # A fast schedule for the scheduling tests: DJANGO_JOBS_TICK_EVERY seconds, optionally with a
 # misfire grace (DJANGO_JOBS_TICK_GRACE), a job that outlives its tick (DJANGO_JOBS_TICK_SLEEP) and
 # an overlap policy (DJANGO_JOBS_TICK_ON_RUNNING).

@@ -52,6 +52,12 @@ def permanent(ctx: JobContext, payload: dict[str, Any]) -> None:
     raise PermanentError("the account does not exist", code="ENTITY_NOT_FOUND")
 
 
+@job("test.coded_by_id")
+def coded_by_id(ctx: JobContext, payload: dict[str, Any]) -> None:
+    """A handler that names the failing entity in its error code: a new code for every job."""
+    raise PermanentError("no such order", code=f"ORDER_{ctx.job_id}_NOT_FOUND")
+
+
 @job("test.poison", max_attempts=3, backoff=FAST)
 def poison(ctx: JobContext, payload: dict[str, Any]) -> None:
     raise ZeroDivisionError("division by zero in a corrupt file")

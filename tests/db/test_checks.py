@@ -65,6 +65,8 @@ def test_valid_retention_and_queue_pass() -> None:
         ({"METRICS_TOKEN": "short"}, ["django_jobs.E030"]),  # guessable
         ({"METRICS_TOKEN": " " * 20}, ["django_jobs.E030"]),
         ({"METRICS_TOKEN": 1234567890123456789}, ["django_jobs.E030"]),
+        ({"METRICS_MAX_LABEL_VALUES": 0}, ["django_jobs.E004"]),  # every value would be "other"
+        ({"METRICS_MAX_LABEL_VALUES": 10.5}, ["django_jobs.E004"]),
         ({"LIVENESS_STALL_LIMIT": 0}, ["django_jobs.E031"]),
         ({"LIVENESS_OUTAGE_LIMIT": "60"}, ["django_jobs.E031"]),
         ({"LIVENESS_STUCK_LIMIT": float("inf")}, ["django_jobs.E031"]),

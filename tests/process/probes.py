@@ -21,18 +21,19 @@ def metrics_port(worker: WorkerProcess) -> int:
     return int(match[1])
 
 
-def get(port: int, path: str) -> tuple[int, str]:
+def get(port: int, path: str, headers: dict[str, str] | None = None) -> tuple[int, str]:
     """GET a path of the worker's port: (status, body), 503 included."""
+    request = urllib.request.Request(f"http://127.0.0.1:{port}{path}", headers=headers or {})
     try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5) as response:
+        with urllib.request.urlopen(request, timeout=5) as response:
             return response.status, response.read().decode()
     except urllib.error.HTTPError as exc:
         return exc.code, exc.read().decode()
 
 
-def scrape(port: int) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
-    """The worker's samples, by name and sorted labels."""
-    status, text = get(port, "/metrics")
+def scrape(port: int, token: str | None = None) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """The worker's samples, by name and sorted labels (presenting ``token`` if given)."""
+    status, text = get(port, "/metrics", {"Authorization": f"Bearer {token}"} if token else None)
     assert status == 200, text
     return {
         (sample.name, tuple(sorted(sample.labels.items()))): sample.value

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from django_jobs import enqueue
+from django_jobs.conf import DEFAULTS
 from django_jobs.models import Job
 from django_jobs.states import JobStatus
 from testproject.testjobs.models import BusinessRow
@@ -70,6 +71,68 @@ def test_a_scrape_after_a_mixed_workload_counts_each_outcome_by_type_and_code(
     assert get(port, "/healthz") == (200, "ok\n")
     assert get(port, "/readyz") == (200, "ok\n")
     assert get(port, "/nope")[0] == 404
+
+
+TOKEN = "worker-port-token-5b8e2d17c4"
+
+
+def test_with_a_token_set_the_worker_port_serves_metrics_only_to_a_scrape_that_presents_it(
+    start_worker: StartWorker,
+) -> None:
+    enqueue("test.noop", {})
+    worker = start_worker("--metrics-port", "0", env={"DJANGO_JOBS_METRICS_TOKEN": TOKEN})
+    port = metrics_port(worker)
+    wait_for(lambda: not Job.objects.filter(status=JobStatus.PENDING).exists(), what="the job to run")
+    for headers in ({}, {"Authorization": "Bearer not-the-token"}, {"Authorization": f"Basic {TOKEN}"}):
+        status, body = get(port, "/metrics", headers)
+        assert (status, body) == (401, "a bearer token is required\n"), headers
+    wait_for(lambda: scrape(port, TOKEN).get(("django_jobs_started_total", labels("test.noop"))) == 1,
+             what="the scrape with the token to count the job")  # fmt: skip
+    # The probes need none: a kubelet's probe sends no token, and they only say how it is.
+    assert get(port, "/healthz") == (200, "ok\n")
+    assert get(port, "/readyz") == (200, "ok\n")
+    assert TOKEN not in worker.output()
+
+
+def test_the_worker_port_listens_on_loopback_unless_told_and_warns_when_open_without_a_token(
+    start_worker: StartWorker,
+) -> None:
+    local = start_worker("--metrics-port", "0")
+    metrics_port(local)
+    assert "metrics and probes on http://127.0.0.1:" in local.output()
+    assert "serves without a token" not in local.output()
+    everywhere = start_worker("--metrics-port", "0", "--metrics-host", "0.0.0.0")
+    metrics_port(everywhere)
+    assert "metrics port 0.0.0.0:" in everywhere.output()
+    assert "serves without a token" in everywhere.output()
+    guarded = start_worker(
+        "--metrics-port", "0", "--metrics-host", "0.0.0.0", env={"DJANGO_JOBS_METRICS_TOKEN": TOKEN}
+    )
+    metrics_port(guarded)
+    assert "serves without a token" not in guarded.output()
+
+
+def test_error_codes_that_name_each_job_fold_into_other_past_the_cap(start_worker: StartWorker) -> None:
+    cap = 100  # the documented default of METRICS_MAX_LABEL_VALUES, checked last
+    jobs = [enqueue("test.coded_by_id", {}) for _ in range(cap + 5)]
+    worker = start_worker("--concurrency", "4", "--metrics-port", "0")
+    port = metrics_port(worker)
+    failed = Job.objects.filter(id__in=[job.id for job in jobs], status=JobStatus.FAILED)
+    wait_for(lambda: failed.count() == len(jobs), what="every job to fail")
+
+    def codes() -> dict[str, float]:
+        return {
+            dict(key[1])["code"]: value
+            for key, value in scrape(port).items()
+            if key[0] == "django_jobs_failed_total" and dict(key[1])["type"] == "test.coded_by_id"
+        }
+
+    wait_for(lambda: sum(codes().values()) == len(jobs), timeout=10, what="every failure to be counted")
+    counted = codes()
+    assert len(counted) == cap + 1  # the first `cap` codes, and "other"
+    assert counted["other"] == 5
+    assert set(counted) - {"other"} <= {f"ORDER_{job.id}_NOT_FOUND" for job in jobs}
+    assert DEFAULTS["METRICS_MAX_LABEL_VALUES"] == cap
 
 
 def age(path: Path) -> float:

@@ -53,6 +53,18 @@ def test_a_worker_says_what_it_does_with_no_logging_set_up(runjobs: Runjobs) -> 
     assert set(Job.objects.values_list("status", flat=True)) == {JobStatus.COMPLETED, JobStatus.FAILED}
 
 
+def test_the_start_up_log_names_the_metrics_token_but_never_prints_it(
+    runjobs: Runjobs, worker_env: dict[str, str]
+) -> None:
+    token = "mt-token-9d2b71c4e05a83f6"
+    worker_env["DJANGO_JOBS_METRICS_TOKEN"] = token  # the runjobs fixture runs with this env
+    result = runjobs("--burst")  # the default formatter: no LOGGING set up
+    assert result.returncode == 0, result.stderr
+    assert "settings that differ from the defaults: " in result.stderr
+    assert "METRICS_TOKEN=[REDACTED]" in result.stderr
+    assert token not in result.stderr + result.stdout
+
+
 def test_verbosity_makes_the_worker_quieter_or_louder(runjobs: Runjobs) -> None:
     enqueue_a_mix()
     quiet = runjobs("--until-settled", "-v", "0")

@@ -83,6 +83,19 @@ def test_changed_settings_name_only_what_differs() -> None:
     ]
 
 
+def test_changed_settings_never_show_a_credential_only_that_it_is_set() -> None:
+    token = "mt-4c1d9e0b7a6f52e38d1c0b9a"
+    shown = changed_settings(
+        {
+            "METRICS_TOKEN": token,
+            "SCHEDULES": {"sync": {"type": "crm.sync", "every": 60, "payload": {"api_key": "k-77aa91f0"}}},
+        }
+    )
+    assert shown[0] == "METRICS_TOKEN=[REDACTED]"
+    assert shown[1].startswith("SCHEDULES={'sync': {'type': 'crm.sync', 'every': 60,")
+    assert token not in "".join(shown) and "k-77aa91f0" not in "".join(shown)
+
+
 # ---- job fields and JSON lines ------------------------------------------------------------------
 
 

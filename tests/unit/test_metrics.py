@@ -94,3 +94,33 @@ def test_a_negative_wait_from_clock_skew_counts_as_none(registry: CollectorRegis
     got = samples(registry)
     labels = (("queue", "emails"), ("type", "emails.send"))
     assert got[("django_jobs_queue_wait_seconds_sum", labels)] == 0
+
+
+def test_each_label_keeps_its_first_values_and_counts_later_ones_as_other(
+    registry: CollectorRegistry,
+) -> None:
+    metrics = Metrics(registry, max_label_values=3)
+    for n in range(10):
+        c = claim(queue=f"tenant-{n}")  # a queue per tenant: a caller's choice
+        metrics.on_started(c)
+        outcome = Outcome(1, c.execution_id, "failed", event="failed", error_code=f"ORDER_{n}_NOT_FOUND")
+        metrics.on_finished(Finished(c, Happened.COMPLETED, ran_for=0.1), outcome)
+    metrics.on_enqueued("emails.send", "tenant-9", 2)
+    got = samples(registry)
+    started = {
+        dict(labels)["queue"]: v for (name, labels), v in got.items() if name == "django_jobs_started_total"
+    }
+    assert started == {"tenant-0": 1, "tenant-1": 1, "tenant-2": 1, "other": 7}
+    failed = {
+        (dict(labels)["queue"], dict(labels)["code"]): v
+        for (name, labels), v in got.items()
+        if name == "django_jobs_failed_total"
+    }
+    assert failed == {
+        ("tenant-0", "ORDER_0_NOT_FOUND"): 1,
+        ("tenant-1", "ORDER_1_NOT_FOUND"): 1,
+        ("tenant-2", "ORDER_2_NOT_FOUND"): 1,
+        ("other", "other"): 7,
+    }
+    assert got[("django_jobs_run_seconds_count", (("queue", "other"), ("type", "emails.send")))] == 7
+    assert got[("django_jobs_enqueued_total", (("queue", "other"), ("type", "emails.send")))] == 2

@@ -9,6 +9,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError
 
 from django_jobs import logs, metrics
+from django_jobs.conf import jobs_settings
 from django_jobs.probes import HealthFile, ProbeError, ProbeServer
 from django_jobs.registry import QUEUE_RE, registry
 from django_jobs.worker import POOLS, Worker
@@ -156,10 +157,11 @@ class Command(BaseCommand):
         )
         parser.add_argument(
             "--metrics-host",
-            default="0.0.0.0",
+            default="127.0.0.1",
             metavar="HOST",
-            help="Address the metrics port listens on. Default: 0.0.0.0, so that Prometheus and "
-            "Kubernetes probes reach it from outside the container; 127.0.0.1 keeps it local.",
+            help="Address the metrics port listens on. Default: 127.0.0.1, this host only. Give "
+            "0.0.0.0 for Prometheus and Kubernetes probes from outside the container, with "
+            "DJANGO_JOBS['METRICS_TOKEN'] set: /metrics then asks for it as a bearer token.",
         )
         parser.add_argument(
             "--health-file",
@@ -237,7 +239,9 @@ class Command(BaseCommand):
             # The _created series of every counter would double a worker's output for nothing.
             metrics.disable_created_series()
             try:
-                server = ProbeServer(options["metrics_host"], options["metrics_port"])
+                server = ProbeServer(
+                    options["metrics_host"], options["metrics_port"], token=jobs_settings.METRICS_TOKEN
+                )
             except ProbeError as exc:
                 raise CommandError(f"--metrics-port: {exc}") from None
         health_file = None
