@@ -8,4 +8,6 @@ import importlib.util
 
 collect_ignore: list[str] = []
 if importlib.util.find_spec("django.tasks") is None:
-    collect_ignore.append("django_tasks")
+    collect_ignore.append("django_own")
+if importlib.util.find_spec("django.tasks") is not None or importlib.util.find_spec("django_tasks") is None:
+    collect_ignore.append("backport")
