@@ -23,7 +23,6 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from django.db import DatabaseError
 from django.db.models import JSONField
 from django.db.models.expressions import RawSQL
 from django.utils import timezone
@@ -142,13 +141,19 @@ WHERE e.job_id = django_jobs_job.id AND e.from_status = 'running' AND e.kind = A
 
 def _finished(name: str, alias: str, sender: type, job_id: int, status: str) -> None:
     """Send ``task_finished`` for the execution of task ``name`` whose outcome, ``status``, was
-    just written and committed: the result is read after the write, so it is the one recorded."""
+    just written and committed: the result is read after the write, so it is the one recorded.
+
+    Runs on the worker's writer: whatever goes wrong here is logged and stops nothing.
+    """
     try:
-        task = import_string(name)
-        job = read_job(job_id)
-    except (ImportError, DatabaseError) as exc:
+        _send_finished(name, alias, sender, job_id, status)
+    except Exception as exc:  # the outcome is written already: a signal cannot undo it
         logger.warning("task_finished not sent id=%s task=%s: %s", job_id, name, type(exc).__name__)
-        return
+
+
+def _send_finished(name: str, alias: str, sender: type, job_id: int, status: str) -> None:
+    task = import_string(name)
+    job = read_job(job_id)
     if job is None:  # deleted since (retention, an operator): there is nothing to tell
         return
     family = taskapi.family_of(task)
