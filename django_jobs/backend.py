@@ -25,6 +25,8 @@ import math
 import uuid
 from typing import Any
 
+from django.apps import apps
+from django.core import checks
 from django.core.exceptions import ImproperlyConfigured
 from django.utils.module_loading import import_string
 
@@ -34,9 +36,8 @@ from django_jobs.conf import jobs_settings
 from django_jobs.enqueueing import enqueue
 from django_jobs.errors import EnqueueError
 from django_jobs.jsonvalues import plain_json_problem
-from django_jobs.models import Job
 from django_jobs.registry import QUEUE_RE
-from django_jobs.taskapi import InvalidTask, TaskResultDoesNotExist
+from django_jobs.taskapi import ArgumentsNotJSON, InvalidTask, TaskResultDoesNotExist
 
 #: Every family's InvalidTask: the base class raises its own family's.
 _INVALID_TASK: tuple[type[Exception], ...] = tuple(f.InvalidTask for f in taskapi.FAMILIES)
@@ -82,6 +83,21 @@ class JobsBackend(taskapi.PRIMARY.BaseTaskBackend):  # type: ignore[name-defined
         if not (math.isfinite(value) and minimum <= value <= maximum):
             raise ImproperlyConfigured(f"{where} must be between {minimum} and {maximum}")
         return kind(value)
+
+    def check(self, **kwargs: Any) -> list[checks.CheckMessage]:
+        """The framework's checks of this backend, and ``django_jobs.E050``: the app is not in
+        ``INSTALLED_APPS``, so there are no job tables to enqueue into and no ``runjobs``."""
+        messages = list(super().check(**kwargs))
+        if not apps.is_installed("django_jobs"):
+            messages.append(
+                checks.Error(
+                    f"TASKS[{self.alias!r}] uses {type(self).__name__}, "
+                    "but django_jobs is not in INSTALLED_APPS",
+                    hint="Add 'django_jobs' to INSTALLED_APPS and run `manage.py migrate`.",
+                    id="django_jobs.E050",
+                )
+            )
+        return messages
 
     # ---- validation --------------------------------------------------------------------------
 
@@ -167,16 +183,14 @@ class JobsBackend(taskapi.PRIMARY.BaseTaskBackend):  # type: ignore[name-defined
             job_id = int(result_id)
         except (TypeError, ValueError):
             raise TaskResultDoesNotExist(f"no task result has id {result_id!r}") from None
-        jobs = Job.objects.using(jobs_settings.DATABASE).filter(id=job_id)
-        job_type = jobs.values_list("type", "priority", "queue").first()
-        if job_type is None:
+        job = taskrun.read_job(job_id)  # the row and its history: one query
+        if job is None:
             raise TaskResultDoesNotExist(f"no task result has id {result_id!r}")
-        name, priority, queue = job_type
-        task = _task_at(name)
+        task = _task_at(job.type)
         if task is None:
             raise TaskResultDoesNotExist(f"job {job_id} is not a task of Django's Tasks framework")
-        task = _as_enqueued(task, priority=priority, queue_name=queue, backend=self.alias)
-        return taskrun.read_result(taskapi.family_of(task), task, job_id, self.alias)
+        task = _as_enqueued(task, priority=job.priority, queue_name=job.queue, backend=self.alias)
+        return taskrun.result_of(taskapi.family_of(task), task, job, self.alias)
 
 
 class _WithoutDelay:
@@ -196,10 +210,10 @@ def _json(family: taskapi.Family, value: Any, what: str) -> Any:
     try:
         value = family.normalize_json(value)
     except (TypeError, ValueError) as exc:
-        raise InvalidTask(f"task {what} must be JSON: {exc}; nothing was enqueued") from exc
+        raise ArgumentsNotJSON(f"task {what} must be JSON: {exc}; nothing was enqueued") from exc
     problem = plain_json_problem(value, f"task {what}")
     if problem is not None:
-        raise InvalidTask(f"{problem}; nothing was enqueued")
+        raise ArgumentsNotJSON(f"{problem}; nothing was enqueued")
     return value
 
 

@@ -139,6 +139,13 @@ class InvalidResult(PermanentError):
     default_code = "RESULT_INVALID"
 
 
+class ResultNotJSON(InvalidResult, TypeError):
+    """A task of Django's Tasks framework returned a value the framework cannot store as JSON.
+
+    Also a ``TypeError``: that is what the framework's own backends raise for such a value, so
+    code written for them catches it."""
+
+
 class OutcomeKind(enum.Enum):
     RETRY = "retry"
     FAIL = "fail"

@@ -138,14 +138,21 @@ def record(
 
 
 def announce(finished: Sequence[Finished], written: dict[int, Outcome], worker_id: str | None) -> None:
-    """Send ``job_finished`` for the executions whose outcome was written (a job given back
-    unstarted did not run: it has none). Costs one check when no receiver is connected."""
-    if not signals.listened(signals.job_finished):
-        return
+    """Send ``job_finished``, and run the type's ``on_finished`` (a task's ``task_finished``),
+    for the executions whose outcome was written, once it committed (a job given back
+    unstarted did not run: it has none). Costs one check per job when no receiver is connected
+    and the type has no ``on_finished``."""
+    listened = signals.listened(signals.job_finished)
     alias = jobs_settings.DATABASE
     for f in finished:
         outcome = written.get(f.claim.id)
         if outcome is None or f.happened is Happened.NOT_STARTED:
+            continue
+        job_type = registry.get(f.claim.type)
+        if job_type is not None and job_type.on_finished is not None:
+            hook = functools.partial(job_type.on_finished, f.claim.id, str(outcome.status))
+            signals.after_commit(alias, hook)
+        if not listened:
             continue
         claim = f.claim
         signals.after_commit(

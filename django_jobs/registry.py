@@ -92,6 +92,9 @@ class JobType:
     external_calls: tuple[str, ...] = ()
     #: When the scheduler enqueues this type on its own (``@job(schedule=...)``), or None.
     schedule: Schedule | None = None
+    #: Called with the job's id and the status written once the outcome of an execution of
+    #: this type has been written and committed (a task's ``task_finished`` is sent so).
+    on_finished: Callable[[int, str], None] | None = None
 
     @property
     def on_lost_in_call(self) -> str | None:

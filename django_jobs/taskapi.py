@@ -117,6 +117,11 @@ class InvalidTask(EnqueueError, *(f.InvalidTask for f in FAMILIES)):  # type: ig
     """The task, its options or its arguments cannot be enqueued; nothing was written."""
 
 
+class ArgumentsNotJSON(InvalidTask, TypeError):
+    """A task's arguments are not JSON; nothing was written. Also a ``TypeError``, as the
+    framework's own backends raise for such arguments."""
+
+
 class TaskResultDoesNotExist(*(f.TaskResultDoesNotExist for f in FAMILIES)):  # type: ignore[misc]
     """No task result has that id."""
 

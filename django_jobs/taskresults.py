@@ -43,6 +43,11 @@ STATUS = {
 #: An execution that the reaper took back raised nothing we saw: its error is a lost lease.
 _LOST = "django_jobs.context.LeaseLost"
 
+#: Our errors that stand where the framework's own backends record a builtin one: the task's
+#: error names the builtin, as code written for them compares it (``exception_class is
+#: TypeError``); the traceback and the job's error code still say which of ours it was.
+_AS_THE_FRAMEWORK_RECORDS = {"django_jobs.errors.ResultNotJSON": "builtins.TypeError"}
+
 
 def task_result(
     family: Family, task: Any, job: Job, events: Iterable[JobEvent], backend: str, attempt: int = 0
@@ -101,5 +106,5 @@ def _exception(event: JobEvent) -> str:
     details = event.details if isinstance(event.details, dict) else {}
     exception = details.get("exception")
     if isinstance(exception, str):
-        return exception
+        return _AS_THE_FRAMEWORK_RECORDS.get(exception, exception)
     return _LOST if event.kind == EventKind.RECOVERED else "builtins.Exception"

@@ -7,7 +7,10 @@ deadlines, the reaper. Around the task function it only adds what the framework 
 
 - the ``task_started`` and ``task_finished`` signals of every family present, sent robustly —
   a receiver that raises is logged (sanitised) and changes nothing: the outcome is decided by
-  what the task did, never by a receiver;
+  what the task did, never by a receiver. ``task_finished`` is sent by the outcome writer once
+  the outcome is written and committed (the type's ``on_finished``), with the status written:
+  a receiver is never told of an end that a cancel request or a lost lease then overturns, and
+  ``get_result()`` inside it reads what it was told;
 - a ``TaskContext`` for ``takes_context`` tasks, whose ``job`` is our ``JobContext``;
 - the return value normalised as the framework does (tuples become lists), then checked like
   any handler's (plain JSON within ``MAX_RESULT_BYTES``).
@@ -20,19 +23,19 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
+from django.db.models import JSONField
+from django.db.models.expressions import RawSQL
 from django.utils import timezone
 from django.utils.module_loading import import_string
 
 from django_jobs import signals, taskapi
 from django_jobs.backoff import Backoff
 from django_jobs.conf import jobs_settings
-from django_jobs.context import JobContext, LeaseLost
-from django_jobs.decision import Situation, decide, happened_for
-from django_jobs.errors import InvalidResult
-from django_jobs.executor import call, describe, exception_path
+from django_jobs.context import JobContext
+from django_jobs.errors import ResultNotJSON
+from django_jobs.executor import call
 from django_jobs.models import Job, JobEvent
 from django_jobs.registry import NAME_RE, JobType, registry
-from django_jobs.results import encode_result
 from django_jobs.states import EventKind, JobStatus
 from django_jobs.taskresults import STATUS, task_result
 
@@ -64,6 +67,7 @@ def register(task: Any, *, alias: str, sender: type, max_attempts: int, backoff:
             max_attempts=max_attempts,
             backoff=backoff,
             timeout=timeout,
+            on_finished=functools.partial(_finished, name, alias, sender),
         )
     )
 
@@ -82,63 +86,111 @@ def _run(task: Any, ctx: JobContext, payload: dict[str, Any], alias: str, sender
     if running.started_at is None:  # prefetched: its start is recorded by the next write
         running = taskapi.replace(running, started_at=timezone.now(), last_attempted_at=timezone.now())
     send("task_started", sender, running)
-    failure: BaseException | None = None
-    try:
-        if task.takes_context:
-            args = [family.TaskContext(task_result=running, job=ctx), *args]
-        value = _normalised(family, call(functools.partial(task.func, *args, **kwargs)))
-        encode_result(value)  # the executor stores it; checked here so the signal tells the truth
-    except LeaseLost:
-        raise  # the job is someone else's now: nothing to tell
-    except BaseException as exc:
-        failure = exc
-    if failure is not None:
-        # Sent outside the except block: a receiver that logs with exc_info (the framework's
-        # own does) finds no live traceback to print unsanitised; the result carries a
-        # sanitised one.
-        path, trace = exception_path(failure), describe(failure)
-        error = family.TaskError(exception_class_path=path, traceback=trace)
-        outcome = _status_after(failure, ctx)
-        send("task_finished", sender, taskapi.replace(
-            running,
-            status=taskapi.status(family, STATUS[JobStatus(outcome)]),
-            finished_at=None if outcome in (JobStatus.PENDING, JobStatus.NEEDS_REVIEW) else timezone.now(),
-            errors=[*running.errors, error],
-        ))  # fmt: skip
-        raise failure
-    successful = taskapi.status(family, "SUCCESSFUL")
-    finished = taskapi.replace(running, status=successful, finished_at=timezone.now())
-    taskapi.set_return_value(finished, value)
-    send("task_finished", sender, finished)
+    if task.takes_context:
+        args = [family.TaskContext(task_result=running, job=ctx), *args]
+    value = _normalised(family, call(functools.partial(task.func, *args, **kwargs)))
+    # The return value is checked and stored by the executor; task_finished comes once it is.
     return value
 
 
 def _normalised(family: taskapi.Family, value: Any) -> Any:
-    """The return value as the framework stores it (tuples as lists); InvalidResult if it can't."""
+    """The return value as the framework stores it (tuples as lists); ResultNotJSON if it can't."""
     try:
         return family.normalize_json(value)
     except (TypeError, ValueError) as exc:
-        raise InvalidResult(f"return value is not JSON: {exc}") from exc
-
-
-def _status_after(exc: BaseException, ctx: JobContext) -> str:
-    """Where the job goes after ``exc``, as the outcome writer will decide it."""
-    happened, code, retry_after = happened_for(exc)
-    situation = Situation(
-        happened, ctx.attempt, ctx.max_attempts, cancel_requested=ctx.cancel_requested(),
-        error_code=code, retry_after=retry_after,
-    )  # fmt: skip
-    return str(decide(situation, Backoff).status)
+        raise ResultNotJSON(f"return value is not JSON: {exc}") from exc
 
 
 def read_result(family: taskapi.Family, task: Any, job_id: int, alias: str, attempt: int = 0) -> Any:
-    """The ``TaskResult`` of job ``job_id``, read from its row and history (see ``task_result``)."""
-    database = jobs_settings.DATABASE
-    job = Job.objects.using(database).get(id=job_id)
-    events = JobEvent.objects.using(database).filter(
-        job_id=job_id, from_status=JobStatus.RUNNING, kind__in=ENDING_EVENTS
-    )
-    return task_result(family, task, job, events.order_by("id"), alias, attempt)
+    """The ``TaskResult`` of job ``job_id``, read from its row and history (see ``task_result``).
+
+    Raises ``Job.DoesNotExist`` when there is no such job.
+    """
+    job = read_job(job_id)
+    if job is None:
+        raise Job.DoesNotExist(f"no job has id {job_id}")
+    return result_of(family, task, job, alias, attempt)
+
+
+def read_job(job_id: int) -> Job | None:
+    """Job ``job_id`` with the events that ended its executions since it was last retried by
+    an operator (``ended_events``), in one query; None when there is no such job."""
+    ended = RawSQL(_ENDED_EVENTS, (list(ENDING_EVENTS),), output_field=JSONField())
+    return Job.objects.using(jobs_settings.DATABASE).annotate(ended_events=ended).filter(id=job_id).first()
+
+
+def result_of(family: taskapi.Family, task: Any, job: Job, alias: str, attempt: int = 0) -> Any:
+    """The ``TaskResult`` of ``job``, as read by :func:`read_job`."""
+    events = [JobEvent(job_id=job.id, **fields) for fields in getattr(job, "ended_events", None) or []]
+    return task_result(family, task, job, events, alias, attempt)
+
+
+#: The events that ended the job's executions, oldest first, as a JSON list. An operator's
+#: retry starts the count of attempts again from 0: the events before it belong to executions
+#: whose attempt numbers the new ones reuse, and would stand in for them.
+_ENDED_EVENTS = """
+SELECT coalesce(jsonb_agg(jsonb_build_object(
+           'kind', e.kind, 'attempt', e.attempt, 'worker_id', e.worker_id, 'error', e.error,
+           'details', e.details) ORDER BY e.id), '[]'::jsonb)
+FROM django_jobs_jobevent e
+WHERE e.job_id = django_jobs_job.id AND e.from_status = 'running' AND e.kind = ANY(%s)
+  AND e.id > coalesce((SELECT max(r.id) FROM django_jobs_jobevent r
+                       WHERE r.job_id = django_jobs_job.id AND r.kind = 'manual_retry'), 0)
+"""
+
+
+def _finished(name: str, alias: str, sender: type, job_id: int, status: str) -> None:
+    """Send ``task_finished`` for the execution of task ``name`` whose outcome, ``status``, was
+    just written and committed: the result is read after the write, so it is the one recorded.
+
+    Runs on the worker's writer: whatever goes wrong here is logged and stops nothing.
+    """
+    try:
+        _send_finished(name, alias, sender, job_id, status)
+    except Exception as exc:  # the outcome is written already: a signal cannot undo it
+        logger.warning("task_finished not sent id=%s task=%s: %s", job_id, name, type(exc).__name__)
+
+
+def _send_finished(name: str, alias: str, sender: type, job_id: int, status: str) -> None:
+    task = import_string(name)
+    job = read_job(job_id)
+    if job is None:  # deleted since (retention, an operator): there is nothing to tell
+        return
+    family = taskapi.family_of(task)
+    result = result_of(family, task, job, alias)
+    written = taskapi.status(family, STATUS[JobStatus(status)])
+    if result.status != written:  # changed again since the commit (an operator's retry…)
+        result = taskapi.replace(result, status=written)
+    error = _error_of_the_end(job, status)
+    if error is None:
+        send("task_finished", sender, result)
+        return
+    # Django's log receiver (and error trackers) print the exception being handled with the
+    # line: the one handled here carries the stored error — its text, sanitised, never the
+    # original traceback with whatever secrets its frames held.
+    try:
+        raise TaskFailed(error)
+    except TaskFailed:
+        send("task_finished", sender, result)
+
+
+def _error_of_the_end(job: Job, status: str) -> str | None:
+    """The error the execution that just ended recorded, or None (it succeeded, or skipped).
+
+    A completion writes no event: the last ending event belongs to an earlier execution then.
+    """
+    events = getattr(job, "ended_events", None) or []
+    if status == JobStatus.COMPLETED or not events:
+        return None
+    last = events[-1]
+    if not last.get("error") or last.get("kind") == EventKind.SKIPPED:
+        return None
+    return str(last["error"])
+
+
+class TaskFailed(Exception):
+    """The error a failed execution of a task recorded (sanitised), as ``task_finished``
+    receivers find it in ``sys.exc_info()``."""
 
 
 # ---- signals ----------------------------------------------------------------------------------

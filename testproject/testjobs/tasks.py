@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import asyncio
 import time
+import uuid
 from typing import Any
 
 from django.core.mail import send_mail
 
 from django_jobs import PermanentError, RetryableError, SkipJob
+from django_jobs.models import Job
 from testproject.testjobs.models import BusinessRow
 
 try:
@@ -70,6 +72,24 @@ def retries_until_exhausted() -> None:
 @task
 def not_applicable() -> None:
     raise SkipJob("the order was deleted")
+
+
+@task(takes_context=True)
+def fails_each_run(context: Any) -> None:
+    """Fails for good, saying which run of it this was (it leaves one row per run)."""
+    job = context.job
+    runs = BusinessRow.objects.filter(key__startswith=f"task-run:{job.job_id}:").count() + 1
+    BusinessRow.objects.create(key=f"task-run:{job.job_id}:{runs}", job_id=job.job_id,
+                               execution_id=job.execution_id)  # fmt: skip
+    raise PermanentError(f"run {runs} failed (password=hunter2)")
+
+
+@task(takes_context=True)
+def taken_over(context: Any) -> str:
+    """Returns after its job was taken over by another execution, as when its lease expired and
+    the reaper handed it on: this execution's outcome cannot be written."""
+    Job.objects.filter(id=context.job.job_id).update(execution_id=uuid.uuid4())
+    return "too late"
 
 
 @task
