@@ -85,7 +85,7 @@ class JobsBackend(taskapi.PRIMARY.BaseTaskBackend):  # type: ignore[name-defined
         return kind(value)
 
     def check(self, **kwargs: Any) -> list[checks.CheckMessage]:
-        """The framework's checks of this backend, and ``django_jobs.E050``: the app is not in
+        """The framework's checks of this backend, and ``django_jobs.E060``: the app is not in
         ``INSTALLED_APPS``, so there are no job tables to enqueue into and no ``runjobs``."""
         messages = list(super().check(**kwargs))
         if not apps.is_installed("django_jobs"):
@@ -94,7 +94,7 @@ class JobsBackend(taskapi.PRIMARY.BaseTaskBackend):  # type: ignore[name-defined
                     f"TASKS[{self.alias!r}] uses {type(self).__name__}, "
                     "but django_jobs is not in INSTALLED_APPS",
                     hint="Add 'django_jobs' to INSTALLED_APPS and run `manage.py migrate`.",
-                    id="django_jobs.E050",
+                    id="django_jobs.E060",
                 )
             )
         return messages

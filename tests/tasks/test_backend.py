@@ -391,5 +391,5 @@ def test_the_backend_check_reports_django_jobs_missing_from_installed_apps(setti
     assert [m.id for m in backend.check()] == []
     settings.INSTALLED_APPS = [app for app in settings.INSTALLED_APPS if app != "django_jobs"]
     messages = backend.check()
-    assert [m.id for m in messages] == ["django_jobs.E050"]
+    assert [m.id for m in messages] == ["django_jobs.E060"]
     assert "django_jobs is not in INSTALLED_APPS" in messages[0].msg and messages[0].is_serious()
