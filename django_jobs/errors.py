@@ -195,3 +195,15 @@ class PayloadTooLarge(InvalidPayload):
 
 class InvalidOption(EnqueueError):
     """An enqueue option (queue, priority, run_at, delay, max_attempts, unique_key) is invalid."""
+
+
+class UnknownQueue(InvalidOption):
+    """``DJANGO_JOBS["QUEUES"]`` is declared and does not name the queue: no worker is meant to
+    serve it, so its jobs would wait forever."""
+
+
+# ---- errors raised by what people do to jobs ------------------------------------------------
+
+
+class JobNotFound(LookupError):
+    """No job has this id (it never existed, or retention pruned it)."""

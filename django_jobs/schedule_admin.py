@@ -26,6 +26,7 @@ from django.views.decorators.http import require_http_methods
 from django_jobs import transitions
 from django_jobs.conf import jobs_settings
 from django_jobs.models import Job, ScheduleState, ScheduleTick
+from django_jobs.operations import audited_transaction
 from django_jobs.scheduler import run_now
 from django_jobs.schedules import Schedule, declared_schedules
 
@@ -121,11 +122,9 @@ class ScheduleTickAdmin(admin.ModelAdmin):  # type: ignore[type-arg]  # generic 
         reason = request.POST.get("reason", "").strip() if request.method == "POST" else ""
         error = _reason_problem(reason) if request.method == "POST" else None
         if request.method == "POST" and error is None:
-            from django_jobs.admin import _audited_transaction  # the admin module imports this one
-
             actor = request.user.get_username()
             try:
-                with _audited_transaction():  # the change, its event and the log entry, or none
+                with audited_transaction():  # the change, its event and the log entry, or none
                     done = _apply(verb, declared.get(name), name, actor, reason)
                     message = f"Schedule {name} {action.done}: {reason}"
                     self.log_change(request, ScheduleState(name=name), message)
