@@ -23,6 +23,7 @@ from django.db import router, transaction
 
 from django_jobs import transitions
 from django_jobs.conf import jobs_settings
+from django_jobs.diagnosis import MAX_JOB_ID
 from django_jobs.errors import JobNotFound
 from django_jobs.models import Job
 from django_jobs.states import JobStatus
@@ -152,8 +153,8 @@ def _check_reason(reason: object) -> None:
 
 def _job(job_id: int) -> Job:
     """The job as the log entry names it; ``JobNotFound`` rather than a vague refusal."""
-    if isinstance(job_id, bool) or not isinstance(job_id, int):
-        raise ValueError(f"{job_id!r} is not a job id")
+    if isinstance(job_id, bool) or not isinstance(job_id, int) or not 1 <= job_id <= MAX_JOB_ID:
+        raise ValueError(f"{job_id!r} is not a job id: ids run from 1 to {MAX_JOB_ID}")
     job = Job.objects.using(jobs_settings.DATABASE).only("id", "type", "status", "cancel_requested_at")
     found = job.filter(id=job_id).first()
     if found is None:

@@ -114,8 +114,9 @@ def test_bad_input_is_a_clear_error_before_anything_is_written() -> None:
     for actor in ("", "x" * 151, "a\x00b"):
         with pytest.raises(ValueError, match="actor"):
             django_jobs.cancel(job.id, reason="why", actor=actor)
-    with pytest.raises(ValueError, match="not a job id"):
-        django_jobs.retry("12", reason="again")  # type: ignore[arg-type]
+    for not_an_id in ("12", 0, -1, 2**63, True):
+        with pytest.raises(ValueError, match="not a job id"):
+            django_jobs.retry(not_an_id, reason="again")  # type: ignore[arg-type]
     assert untouched(job)
 
 
