@@ -17,21 +17,25 @@ from django_jobs.errors import (
     InvalidPayload,
     InvalidProgress,
     JobCancelled,
+    JobNotFound,
     PayloadTooLarge,
     PermanentError,
     RateLimitedError,
     RetryableError,
     SkipJob,
     UnknownJobType,
+    UnknownQueue,
 )
 from django_jobs.registry import Reconciliation, job
-from django_jobs.transitions import CancelResult, cancel
+from django_jobs.transitions import ActionRefused, CancelResult
 
 if TYPE_CHECKING:
     from django_jobs.enqueueing import enqueue, enqueue_many
+    from django_jobs.operations import cancel, retry
     from django_jobs.queues import pause_queue, resume_queue
 
 __all__ = [
+    "ActionRefused",
     "Backoff",
     "CancelResult",
     "DeadlineExceeded",
@@ -43,6 +47,7 @@ __all__ = [
     "InvalidProgress",
     "JobCancelled",
     "JobContext",
+    "JobNotFound",
     "LeaseLost",
     "PayloadTooLarge",
     "PermanentError",
@@ -51,6 +56,7 @@ __all__ = [
     "RetryableError",
     "SkipJob",
     "UnknownJobType",
+    "UnknownQueue",
     "cancel",
     "compare_and_set",
     "enqueue",
@@ -59,17 +65,22 @@ __all__ = [
     "once",
     "pause_queue",
     "resume_queue",
+    "retry",
 ]
 
 
 def __getattr__(name: str) -> Any:
-    # enqueue and the queue functions import the models, which cannot load before the app
-    # registry is ready; keeping them lazy lets settings and jobs.py modules import
+    # enqueue, the queue functions and the operator's actions import the models, which cannot
+    # load before the app registry is ready; keeping them lazy lets settings and jobs.py modules import
     # `from django_jobs import job` freely.
     if name in ("enqueue", "enqueue_many"):
         from django_jobs import enqueueing as module
 
         return getattr(module, name)
+    if name in ("retry", "cancel"):
+        from django_jobs import operations
+
+        return getattr(operations, name)
     if name in ("pause_queue", "resume_queue"):
         from django_jobs import queues
 

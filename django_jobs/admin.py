@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from django.contrib import admin, messages
 from django.contrib.admin.views.main import ChangeList
+from django.contrib.auth.base_user import AbstractBaseUser
 from django.core.exceptions import BadRequest
 from django.core.paginator import InvalidPage, Paginator
 from django.db import connections
@@ -38,8 +39,9 @@ from django.utils.html import format_html
 from django.utils.http import urlencode
 from django.views.decorators.http import require_http_methods
 
-from django_jobs import consolelog, dashboard, diagnosis, masking, queues, transitions
+from django_jobs import consolelog, dashboard, diagnosis, masking, operations, queues, transitions
 from django_jobs.conf import jobs_settings
+from django_jobs.errors import JobNotFound
 from django_jobs.models import ExternalCall, Job, JobEvent, Queue
 from django_jobs.registry import QUEUE_RE
 from django_jobs.states import JobStatus
@@ -59,7 +61,7 @@ MAX_IDS_PER_ACTION = 1000
 CONFIRM_ROWS_SHOWN = 100
 #: The job page shows this many events at a time, newest first, with a link to older ones.
 EVENTS_PER_PAGE = 50
-MAX_REASON_CHARS = 2000
+MAX_REASON_CHARS = operations.MAX_REASON_CHARS
 
 #: What the list reads: never the payload, checkpoint, progress or error of 50 rows.
 LIST_COLUMNS = (
@@ -202,25 +204,22 @@ class Action:
     permission: str  # codename in the django_jobs app
     eligible: frozenset[str]
     effect: str  # what happens, shown on the confirmation page
-    run: Callable[[int, str, str], str]  # (job id, actor, reason) → what happened
+    #: (job id, user, reason): the audited operation, which writes the event and the log entry.
+    run: Callable[[int, AbstractBaseUser, str], object]
 
 
-def _retry(job_id: int, actor: str, reason: str) -> str:
-    was = transitions.manual_retry(job_id, actor=actor, reason=reason)
-    return f"retried (was {was})"
+def _retry(job_id: int, user: AbstractBaseUser, reason: str) -> object:
+    return operations.retry(job_id, actor=user, reason=reason)
 
 
-def _cancel(job_id: int, actor: str, reason: str) -> str:
-    result = transitions.cancel(job_id, actor=actor, reason=reason)
-    if result == transitions.CancelResult.NOT_CANCELLABLE:
-        raise transitions.ActionRefused(f"job {job_id} is not cancellable any more")
-    return "cancelled" if result == transitions.CancelResult.CANCELLED else "cancellation requested"
+def _cancel(job_id: int, user: AbstractBaseUser, reason: str) -> object:
+    return operations.cancel(job_id, actor=user, reason=reason)
 
 
-def _resolver(to: str) -> Callable[[int, str, str], str]:
-    def resolve(job_id: int, actor: str, reason: str) -> str:
-        transitions.resolve(job_id, to=to, actor=actor, reason=reason)
-        return f"resolved as {to}"
+def _resolver(to: str) -> Callable[[int, AbstractBaseUser, str], object]:
+    def resolve(job_id: int, user: AbstractBaseUser, reason: str) -> object:
+        operations.resolve(job_id, to=to, actor=user, reason=reason)
+        return None
 
     return resolve
 
@@ -571,7 +570,7 @@ class JobAdmin(ModelAdmin):
         reason = request.POST.get("reason", "").strip() if request.method == "POST" else ""
         error = None
         if request.method == "POST":
-            error = _reason_problem(reason)
+            error = operations.reason_problem(reason)
             if error is None:
                 self._perform(request, action, eligible, reason)
                 if len(ids) == 1:
@@ -597,14 +596,13 @@ class JobAdmin(ModelAdmin):
         )
 
     def _perform(self, request: HttpRequest, action: Action, jobs: list[Job], reason: str) -> None:
-        actor = request.user.get_username()
+        user = request.user
+        assert isinstance(user, AbstractBaseUser)  # the admin's views admit signed-in users only
         done, refused = 0, []
         for job in jobs:
             try:
-                with consolelog.audited_change(self, request) as audit:
-                    outcome = action.run(job.id, actor, reason)
-                    audit.log(job, f"{outcome}: {reason}")
-            except transitions.ActionRefused as exc:
+                action.run(job.id, user, reason)
+            except (transitions.ActionRefused, JobNotFound) as exc:
                 refused.append(str(exc))
                 continue
             done += 1
@@ -631,10 +629,10 @@ class JobAdmin(ModelAdmin):
         if not QUEUE_RE.fullmatch(name):
             return _bad_request("queue must be a queue's name")
         reason = request.POST.get("reason", "").strip() if request.method == "POST" else ""
-        error = _reason_problem(reason) if request.method == "POST" else None
+        error = operations.reason_problem(reason) if request.method == "POST" else None
         if request.method == "POST" and error is None:
             try:
-                with consolelog.audited_change(self, request) as audit:
+                with consolelog.audited_change(request.user) as audit:
                     QUEUE_VERBS[verb].run(name, actor=request.user.get_username(), reason=reason)
                     queue = Queue.objects.using(jobs_settings.DATABASE).get(name=name)
                     audit.log(queue, f"{QUEUE_VERBS[verb].done}: {reason}")
@@ -721,16 +719,6 @@ def _external_calls(job: Job) -> list[CallShown]:
             state = "no end recorded: its execution was lost during the call"
         shown.append(CallShown(mark, current, state))
     return shown
-
-
-def _reason_problem(reason: str) -> str | None:
-    if not reason:
-        return "Say why: the reason is kept in the job's history."
-    if "\x00" in reason:
-        return "The reason holds a NUL character, which cannot be stored."
-    if len(reason) > MAX_REASON_CHARS:
-        return f"Keep the reason under {MAX_REASON_CHARS} characters."
-    return None
 
 
 def _database_now(job: Job) -> dt.datetime:

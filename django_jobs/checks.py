@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import Any
 
 from django.apps import AppConfig
@@ -13,6 +13,7 @@ from django.core.checks import CheckMessage, Error, Tags, Warning, register
 from django.db import connections, router
 
 from django_jobs.conf import DEFAULTS
+from django_jobs.errors import undeclared_queue
 from django_jobs.registry import QUEUE_RE
 
 _POSITIVE_NUMBERS = (
@@ -349,3 +350,110 @@ def check_schedules(app_configs: Sequence[AppConfig] | None = None, **kwargs: An
                 )
             )
     return errors
+
+
+@register(Tags.compatibility)
+def check_declared_queues(
+    app_configs: Sequence[AppConfig] | None = None, **kwargs: Any
+) -> list[CheckMessage]:
+    """``DJANGO_JOBS["QUEUES"]``, when declared, is a list of queue names, and every queue the
+    project names elsewhere — job types, ``DEFAULT_QUEUE``, schedules, the Tasks backends — is
+    among them: enqueue() would refuse the jobs of any other at run time."""
+    user = getattr(settings, "DJANGO_JOBS", {})
+    declared = user.get("QUEUES", DEFAULTS["QUEUES"]) if isinstance(user, dict) else None
+    if declared is None:
+        return []
+    if not _queue_names(declared):
+        return [
+            Error(
+                f"DJANGO_JOBS['QUEUES'] is {declared!r}: give None or a non-empty list of queue names.",
+                hint="e.g. ['default', 'emails']: letters, digits and _ . : -, at most 100 characters.",
+                id="django_jobs.E070",
+            )
+        ]
+    return [
+        *_undeclared_job_queues(declared),
+        *_undeclared_task_queues(declared),
+        *_undeclared_setting_queues(user, declared),
+    ]
+
+
+def _queue_names(value: Any) -> bool:
+    return (
+        isinstance(value, list | tuple | set | frozenset)
+        and bool(value)
+        and all(isinstance(name, str) and QUEUE_RE.match(name) for name in value)
+    )
+
+
+def _undeclared_job_queues(declared: Collection[str]) -> list[CheckMessage]:
+    from django_jobs.registry import registry
+
+    return [
+        Error(
+            f"Job type {job_type.name!r}: {undeclared_queue(job_type.queue, declared)}",
+            hint="Declare the queue in DJANGO_JOBS['QUEUES'], or fix the type's @job(queue=...).",
+            obj=job_type.handler,
+            id="django_jobs.E071",
+        )
+        for job_type in sorted(registry.all(), key=lambda t: t.name)
+        # A type without a queue of its own runs in DEFAULT_QUEUE, which E073 checks once.
+        if job_type.queue is not None and job_type.queue not in declared
+    ]
+
+
+def _undeclared_task_queues(declared: Collection[str]) -> list[CheckMessage]:
+    errors: list[CheckMessage] = []
+    for alias, params in sorted(_jobs_task_backends().items()):
+        queues = params.get("QUEUES", ["default"])  # Django's default: the "default" queue only
+        if not isinstance(queues, list | tuple | set | frozenset):
+            continue  # the backend refuses it when it loads
+        for queue in sorted(q for q in queues if isinstance(q, str) and q not in declared):
+            errors.append(
+                Error(
+                    f"TASKS[{alias!r}]['QUEUES']: {undeclared_queue(queue, declared)}",
+                    hint="Declare the queue in DJANGO_JOBS['QUEUES'], or take it out of the backend's.",
+                    id="django_jobs.E072",
+                )
+            )
+    return errors
+
+
+def _jobs_task_backends() -> dict[str, dict[str, Any]]:
+    """The entries of ``TASKS`` whose backend is (a subclass of) ``JobsBackend``."""
+    from django.utils.module_loading import import_string
+
+    backends = getattr(settings, "TASKS", {})
+    found: dict[str, dict[str, Any]] = {}
+    for alias, params in backends.items() if isinstance(backends, dict) else ():
+        if not isinstance(params, dict):
+            continue
+        try:
+            from django_jobs.backend import JobsBackend
+
+            backend = import_string(params.get("BACKEND", ""))
+        except ImportError:  # no Tasks framework here, or a backend path Django reports itself
+            continue
+        if isinstance(backend, type) and issubclass(backend, JobsBackend):
+            found[str(alias)] = params
+    return found
+
+
+def _undeclared_setting_queues(user: dict[str, Any], declared: Collection[str]) -> list[CheckMessage]:
+    named = [("['DEFAULT_QUEUE']", user.get("DEFAULT_QUEUE", DEFAULTS["DEFAULT_QUEUE"]))]
+    schedules = user.get("SCHEDULES", {})
+    if isinstance(schedules, dict):
+        named += [
+            (f"['SCHEDULES'][{name!r}]['queue']", entry["queue"])
+            for name, entry in sorted(schedules.items(), key=lambda item: str(item[0]))
+            if isinstance(entry, dict) and isinstance(entry.get("queue"), str)
+        ]
+    return [
+        Error(
+            f"DJANGO_JOBS{where}: {undeclared_queue(queue, declared)}",
+            hint="Declare the queue in DJANGO_JOBS['QUEUES'], or name a declared one.",
+            id="django_jobs.E073",
+        )
+        for where, queue in named
+        if isinstance(queue, str) and queue not in declared
+    ]

@@ -39,6 +39,12 @@ Every key, its default and its meaning. Durations are seconds; floats are allowe
     A larger one, or one that is not plain JSON, ends the job ``failed`` (``RESULT_INVALID``).
 ``DEFAULT_QUEUE`` ("default"), ``DEFAULT_MAX_ATTEMPTS`` (5)
     Used when neither the job type nor ``enqueue()`` says otherwise.
+``QUEUES`` (None)
+    The queue names the project uses, e.g. ``["default", "emails", "reports"]``. Declared,
+    ``enqueue()`` refuses any other with ``UnknownQueue`` and the closest declared name (a typo
+    would otherwise make a queue no worker serves), and checks ``E070`` … ``E073`` hold job
+    types, ``DEFAULT_QUEUE``, ``SCHEDULES`` and the Tasks backends' ``QUEUES`` to it. None:
+    any valid queue name is accepted.
 ``BACKOFF_BASE`` (2.0), ``BACKOFF_CAP`` (3600.0), ``BACKOFF_JITTER`` (0.25)
     Default retry policy: ``base × 2^(attempt-1)``, capped, minus up to ``jitter`` of it.
 ``MAX_ERROR_CHARS`` (8000)
@@ -107,6 +113,7 @@ DEFAULTS: dict[str, Any] = {
     "MAX_PAYLOAD_BYTES": 256 * 1024,
     "MAX_RESULT_BYTES": 64 * 1024,
     "DEFAULT_QUEUE": "default",
+    "QUEUES": None,
     "DEFAULT_MAX_ATTEMPTS": 5,
     "BACKOFF_BASE": 2.0,
     "BACKOFF_CAP": 3600.0,
@@ -212,6 +219,12 @@ class Settings:
     @property
     def DEFAULT_QUEUE(self) -> str:
         return str(self._get("DEFAULT_QUEUE"))
+
+    @property
+    def QUEUES(self) -> frozenset[str] | None:
+        """The declared queue names; None when the project declares none (any name goes)."""
+        declared = self._get("QUEUES")
+        return None if declared is None else frozenset(declared)
 
     @property
     def DEFAULT_MAX_ATTEMPTS(self) -> int:

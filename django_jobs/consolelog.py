@@ -21,7 +21,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from django.apps import apps
 from django.db import DatabaseError, router, transaction
@@ -31,8 +31,8 @@ from django_jobs.conf import jobs_settings
 from django_jobs.models import PendingLogEntry
 
 if TYPE_CHECKING:
-    from django.contrib.admin import ModelAdmin
-    from django.http import HttpRequest
+    from django.contrib.auth.base_user import AbstractBaseUser
+    from django.contrib.auth.models import AnonymousUser
 
 logger = logging.getLogger("django_jobs.console")
 
@@ -50,22 +50,30 @@ def log_alias() -> str:
 class Audit:
     """Hands out the log entries of one audited change (see :func:`audited_change`)."""
 
-    def __init__(self, model_admin: ModelAdmin[Any], request: HttpRequest, together: bool) -> None:
-        self._model_admin = model_admin
-        self._request = request
+    def __init__(self, user: AbstractBaseUser | AnonymousUser | None, together: bool) -> None:
+        # Only a signed-in user can own an admin log entry.
+        self._user = user if user is not None and user.is_authenticated else None
         self._together = together
         self.owed: list[int] = []
 
     def log(self, obj: Model, message: str) -> None:
-        """Log ``message`` as a change of ``obj`` by the request's user."""
-        if self._together:
-            self._model_admin.log_change(self._request, obj, message)
+        """Log ``message`` as a change of ``obj`` by the acting user, as
+        ``ModelAdmin.log_change`` does. Only a Django user can own an admin log entry, and only
+        where the admin is installed; any other actor is recorded by the event alone."""
+        if self._user is None or not apps.is_installed("django.contrib.admin"):
             return
-        from django.contrib.admin.models import CHANGE
+        from django.contrib.admin.models import CHANGE, LogEntry
+
+        if self._together:
+            LogEntry.objects.log_actions(
+                user_id=self._user.pk, queryset=[obj], action_flag=CHANGE, change_message=message,
+                single_object=True,
+            )  # fmt: skip
+            return
         from django.contrib.contenttypes.models import ContentType
 
         pending = PendingLogEntry.objects.using(jobs_settings.DATABASE).create(
-            user_id=str(self._request.user.pk),
+            user_id=str(self._user.pk),
             content_type_id=ContentType.objects.get_for_model(obj, for_concrete_model=False).pk,
             object_id=str(obj.pk),
             object_repr=str(obj)[:200],
@@ -76,14 +84,16 @@ class Audit:
 
 
 @contextmanager
-def audited_change(model_admin: ModelAdmin[Any], request: HttpRequest) -> Iterator[Audit]:
-    """One transaction of the jobs database for a console action, its event and its log entry.
+def audited_change(user: AbstractBaseUser | AnonymousUser | None) -> Iterator[Audit]:
+    """One transaction of the jobs database for an operator's action, its event and its log
+    entry (``user`` owns the entry; ``None`` for an actor that is not a Django user).
 
     Log with the :class:`Audit` it yields, inside the block. An exception rolls everything
     back. When the admin's log is on another database, its entries are written after the
     commit; a failure then is logged, and the reaper writes them later.
     """
-    audit = Audit(model_admin, request, together=log_alias() == jobs_settings.DATABASE)
+    together = not apps.is_installed("django.contrib.admin") or log_alias() == jobs_settings.DATABASE
+    audit = Audit(user, together=together)
     with transaction.atomic(using=jobs_settings.DATABASE):
         yield audit
     if audit.owed:

@@ -24,6 +24,7 @@ from typing import Any
 from django.db import connections
 
 from django_jobs.conf import jobs_settings
+from django_jobs.errors import JobNotFound as JobNotFound  # re-exported: callers of explain() catch it here
 from django_jobs.models import Job, JobEvent, LiveWorker, Queue, RateWindow, silence_threshold
 from django_jobs.registry import registry
 from django_jobs.states import EventKind, JobStatus
@@ -58,10 +59,6 @@ class Reason(enum.StrEnum):
     CONCURRENCY_KEY_HELD = "concurrency_key_held"
     RATE_LIMITED = "rate_limited"
     CLAIMABLE = "claimable"
-
-
-class JobNotFound(LookupError):
-    """No job has this id (it never existed, or retention pruned it)."""
 
 
 @dataclass(frozen=True)

@@ -30,6 +30,8 @@ from django_jobs.errors import (
     InvalidPayload,
     PayloadTooLarge,
     UnknownJobType,
+    UnknownQueue,
+    undeclared_queue,
 )
 from django_jobs.jsonvalues import encode, plain_json_problem
 from django_jobs.limits import concurrency_key_problem
@@ -187,6 +189,9 @@ def _validate_options(
     queue = job_type.default_queue if queue is None else queue
     if not isinstance(queue, str) or not QUEUE_RE.match(queue):
         raise InvalidOption(f"invalid queue {queue!r}: 1-100 letters, digits and _ . : -")
+    declared = jobs_settings.QUEUES
+    if declared is not None and queue not in declared:
+        raise UnknownQueue(undeclared_queue(queue, declared) + "; nothing was enqueued")
     priority = job_type.priority if priority is None else priority
     if isinstance(priority, bool) or not isinstance(priority, int) or priority not in PRIORITY_RANGE:
         raise InvalidOption(f"invalid priority {priority!r}: an integer between -100 and 100")

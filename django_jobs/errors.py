@@ -9,7 +9,9 @@ A handler's exception is classified into one :class:`Outcome` kind by :func:`cla
 
 from __future__ import annotations
 
+import difflib
 import enum
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from django.db import InterfaceError, OperationalError
@@ -202,3 +204,23 @@ class PayloadTooLarge(InvalidPayload):
 
 class InvalidOption(EnqueueError):
     """An enqueue option (queue, priority, run_at, delay, max_attempts, unique_key) is invalid."""
+
+
+class UnknownQueue(InvalidOption):
+    """``DJANGO_JOBS["QUEUES"]`` is declared and does not name the queue: no worker is meant to
+    serve it, so its jobs would wait forever."""
+
+
+def undeclared_queue(queue: str, declared: Iterable[str]) -> str:
+    """Why ``queue`` is refused, naming the declared queues and the one most like it."""
+    names = sorted(declared)
+    close = difflib.get_close_matches(queue, names, n=1)
+    hint = f": did you mean {close[0]!r}?" if close else ""
+    return f"queue {queue!r} is not declared in DJANGO_JOBS['QUEUES'] ({', '.join(names)}){hint}"
+
+
+# ---- errors raised by what people do to jobs ------------------------------------------------
+
+
+class JobNotFound(LookupError):
+    """No job has this id (it never existed, or retention pruned it)."""

@@ -123,7 +123,7 @@ class ScheduleTickAdmin(admin.ModelAdmin):  # type: ignore[type-arg]  # generic 
         if request.method == "POST" and error is None:
             actor = request.user.get_username()
             try:
-                with consolelog.audited_change(self, request) as audit:  # change, event and log
+                with consolelog.audited_change(request.user) as audit:  # change, event and log
                     done = _apply(verb, declared.get(name), name, actor, reason)
                     audit.log(ScheduleState(name=name), f"Schedule {name} {action.done}: {reason}")
             except transitions.ActionRefused as exc:

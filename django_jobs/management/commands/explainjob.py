@@ -4,9 +4,10 @@ import argparse
 import json
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import BaseCommand, CommandError, OutputWrapper
 
-from django_jobs.diagnosis import JobNotFound, explain, parse_job_id
+from django_jobs.diagnosis import Explanation, explain, parse_job_id
+from django_jobs.errors import JobNotFound
 
 
 def job_id(text: str) -> int:
@@ -14,6 +15,29 @@ def job_id(text: str) -> int:
         return parse_job_id(text)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def write_explanation(stdout: OutputWrapper, job: int, *, as_json: bool) -> None:
+    """Print why ``job`` is not running (or what became of it); ``CommandError`` if no job has
+    the id. Shared by ``explainjob`` and ``jobs explain``."""
+    try:
+        explanation = explain(job)
+    except JobNotFound as exc:
+        raise CommandError(str(exc)) from None
+    if as_json:
+        stdout.write(json.dumps(explanation.as_dict(), indent=2, ensure_ascii=False))
+        return
+    for line in _lines(explanation):
+        stdout.write(line)
+
+
+def _lines(explanation: Explanation) -> list[str]:
+    width = max(len(label) for label, _ in explanation.evidence)
+    return [
+        f"job {explanation.job_id}: {explanation.reason}",
+        explanation.sentence,
+        *(f"  {label.ljust(width)}  {value}" for label, value in explanation.evidence),
+    ]
 
 
 class Command(BaseCommand):
@@ -24,15 +48,4 @@ class Command(BaseCommand):
         parser.add_argument("--json", action="store_true", help="Print the explanation as JSON.")
 
     def handle(self, *args: Any, **options: Any) -> None:
-        try:
-            explanation = explain(options["id"])
-        except JobNotFound as exc:
-            raise CommandError(str(exc)) from None
-        if options["json"]:
-            self.stdout.write(json.dumps(explanation.as_dict(), indent=2, ensure_ascii=False))
-            return
-        self.stdout.write(f"job {explanation.job_id}: {explanation.reason}")
-        self.stdout.write(explanation.sentence)
-        width = max(len(label) for label, _ in explanation.evidence)
-        for label, value in explanation.evidence:
-            self.stdout.write(f"  {label.ljust(width)}  {value}")
+        write_explanation(self.stdout, options["id"], as_json=options["json"])

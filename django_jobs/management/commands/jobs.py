@@ -1,0 +1,169 @@
+"""``manage.py jobs retry|cancel|explain|list``: what the console does to one job, from a shell.
+
+Thin: it parses, then calls ``django_jobs.operations`` (the console's own audited path) and
+``diagnosis.explain``. Every bad value is refused by the parser with what was wrong.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+from collections.abc import Callable
+from typing import Any
+
+from django.contrib.auth import get_user_model
+from django.core.management.base import BaseCommand, CommandError
+
+from django_jobs import operations
+from django_jobs.errors import JobNotFound
+from django_jobs.management.commands.explainjob import job_id, write_explanation
+from django_jobs.models import Job
+from django_jobs.registry import NAME_RE, QUEUE_RE
+from django_jobs.sanitize import MAX_CODE_CHARS
+from django_jobs.states import JobStatus
+from django_jobs.transitions import ActionRefused, CancelResult
+
+#: Stored error codes never hold other characters (``sanitize.error_code``).
+_CODE_RE = re.compile(rf"[\w.:/-]{{1,{MAX_CODE_CHARS}}}")
+
+
+def _matching(pattern: re.Pattern[str], what: str) -> Callable[[str], str]:
+    def parse(text: str) -> str:
+        if not pattern.fullmatch(text):
+            raise argparse.ArgumentTypeError(f"{text!r} is not {what}")
+        return text
+
+    return parse
+
+
+def _reason(text: str) -> str:
+    problem = operations.reason_problem(text)
+    if problem is not None:
+        raise argparse.ArgumentTypeError(problem)
+    return text
+
+
+def _actor(text: str) -> str:
+    if not text.strip() or "\x00" in text or len(text) > operations.MAX_ACTOR_CHARS:
+        raise argparse.ArgumentTypeError(
+            f"the actor must be 1 to {operations.MAX_ACTOR_CHARS} printable characters"
+        )
+    return text
+
+
+def _limit(text: str) -> int:
+    if not text.isascii() or not text.isdigit() or not 1 <= int(text) <= operations.MAX_LISTED:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a limit: give 1 to {operations.MAX_LISTED}")
+    return int(text)
+
+
+def _add_action(sub: argparse.ArgumentParser) -> None:
+    sub.add_argument("ids", nargs="+", type=job_id, metavar="ID", help="The jobs' ids; each is done alone.")
+    sub.add_argument("--reason", required=True, type=_reason, help="Why: kept in the job's history.")
+    who = sub.add_mutually_exclusive_group()
+    who.add_argument(
+        "--actor", type=_actor, default=None,
+        help="Who, in the history. Default: cli:USER@HOST of the system user running this command.",
+    )  # fmt: skip
+    who.add_argument(
+        "--user", default=None, metavar="USERNAME",
+        help="Act as this Django user: recorded by username, with an entry in the admin's history.",
+    )  # fmt: skip
+
+
+def _add_list(listing: argparse.ArgumentParser) -> None:
+    listing.add_argument("--status", choices=JobStatus.values, help="Only jobs in this status.")
+    code, name = _matching(_CODE_RE, "an error code"), _matching(NAME_RE, "a job type name")
+    listing.add_argument("--code", type=code, help="Only jobs whose last error had this code.")
+    listing.add_argument("--type", type=name, help="Only jobs of this type.")
+    listing.add_argument("--queue", type=_matching(QUEUE_RE, "a queue name"), help="Only jobs of this queue.")
+    listing.add_argument(
+        "--limit", type=_limit, default=50,
+        help=f"At most this many, newest first (default 50, up to {operations.MAX_LISTED}).",
+    )  # fmt: skip
+    listing.add_argument("--json", action="store_true", help="Print one JSON object per job.")
+
+
+class Command(BaseCommand):
+    help = "Retry, cancel or explain one job, or list the newest jobs by status, error code, type or queue."
+
+    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
+        verbs = parser.add_subparsers(dest="verb", required=True, metavar="retry|cancel|explain|list")
+        _add_action(verbs.add_parser("retry", help="Retry failed, cancelled or parked jobs afresh."))
+        _add_action(verbs.add_parser("cancel", help="Cancel pending jobs at once; ask running ones to stop."))
+        explain = verbs.add_parser("explain", help="Say why a job is not running, or what became of it.")
+        explain.add_argument("id", type=job_id, help="The job's id.")
+        explain.add_argument("--json", action="store_true", help="Print the explanation as JSON.")
+        _add_list(verbs.add_parser("list", help="The newest jobs matching every filter given."))
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        verb = options["verb"]
+        if verb == "explain":
+            write_explanation(self.stdout, options["id"], as_json=options["json"])
+        elif verb == "list":
+            self._list(options)
+        else:
+            self._act(verb, options)
+
+    def _act(self, verb: str, options: dict[str, Any]) -> None:
+        act = operations.retry if verb == "retry" else operations.cancel
+        actor = self._actor(options)
+        refused = 0
+        for job in options["ids"]:
+            try:
+                result = act(job, reason=options["reason"], actor=actor)
+            except (ActionRefused, JobNotFound) as exc:
+                self.stderr.write(f"job {job}: {exc}")
+                refused += 1
+                continue
+            done = f"retried (was {result})" if verb == "retry" else _cancelled(result)
+            self.stdout.write(f"job {job}: {done}")
+        if refused:
+            done = "retried" if verb == "retry" else "cancelled"
+            raise CommandError(f"{refused} of {len(options['ids'])} job(s) were not {done}: see above")
+
+    def _actor(self, options: dict[str, Any]) -> operations.Actor:
+        if options["user"] is not None:
+            user_model = get_user_model()
+            try:
+                user: operations.Actor = user_model._default_manager.get_by_natural_key(options["user"])
+            except user_model.DoesNotExist:
+                raise CommandError(f"no Django user is named {options['user']!r}") from None
+            return user
+        return options["actor"] or f"cli:{operations.default_actor()}"
+
+    def _list(self, options: dict[str, Any]) -> None:
+        jobs = operations.newest_jobs(
+            status=options["status"], code=options["code"], job_type=options["type"],
+            queue=options["queue"], limit=options["limit"],
+        )  # fmt: skip
+        for job in jobs:
+            if options["json"]:
+                self.stdout.write(json.dumps(_as_dict(job), ensure_ascii=False))
+            else:
+                self.stdout.write("\t".join(_row(job)))
+        if not jobs and not options["json"]:
+            self.stderr.write("no job matches")
+
+
+def _cancelled(result: str) -> str:
+    if result == CancelResult.CANCELLED:
+        return "cancelled"
+    return "cancellation requested: it stops at its next heartbeat"
+
+
+def _row(job: Job) -> list[str]:
+    when = job.finished_at or job.available_at
+    return [
+        str(job.id), job.status, job.type, job.queue, f"{job.attempts}/{job.max_attempts}",
+        job.last_error_code or "-", f"{when:%Y-%m-%d %H:%M:%S %Z}" if when else "-",
+    ]  # fmt: skip
+
+
+def _as_dict(job: Job) -> dict[str, Any]:
+    return {
+        column: value.isoformat() if hasattr(value, "isoformat") else value
+        for column in operations.LIST_COLUMNS
+        for value in (getattr(job, column),)
+    }

@@ -1,0 +1,188 @@
+"""What a person does to one job — retry it, cancel it, resolve it after a review — whether
+from the console, from Python (``django_jobs.retry`` / ``django_jobs.cancel``) or from
+``manage.py jobs``. Every way in takes the same path, so every way leaves the same audit:
+
+- the guarded transition of ``transitions.operator`` (it refuses a job whose state no longer
+  allows the action), with its ``JobEvent`` saying who and why;
+- when the actor is a Django user, an admin ``LogEntry`` too, as the console writes;
+- all of it in one transaction of the jobs database (:func:`consolelog.audited_change`): a
+  crash between the writes leaves all or none of them, and a refused action writes nothing.
+  When the admin's log lives on another database, its entry follows the commit (the event is
+  the record of truth; see :mod:`django_jobs.consolelog`).
+"""
+
+from __future__ import annotations
+
+import getpass
+import os
+import socket
+from typing import TYPE_CHECKING
+
+from django_jobs import consolelog, transitions
+from django_jobs.conf import jobs_settings
+from django_jobs.diagnosis import MAX_JOB_ID
+from django_jobs.errors import JobNotFound
+from django_jobs.models import Job
+from django_jobs.states import JobStatus
+from django_jobs.transitions import ActionRefused, CancelResult
+
+if TYPE_CHECKING:
+    from django.contrib.auth.base_user import AbstractBaseUser
+
+    #: Who acts: a Django user (their username is recorded, and an admin log entry written),
+    #: or a plain name such as ``"billing-cron"``.
+    Actor = str | AbstractBaseUser
+
+#: As in the console: the reason is kept in the job's history, whole.
+MAX_REASON_CHARS = 2000
+#: ``JobEvent.actor`` holds this many characters.
+MAX_ACTOR_CHARS = 150
+
+
+def retry(job_id: int, *, reason: str, actor: Actor | None = None) -> str:
+    """Retry a failed, cancelled or parked (``needs_review``) job by hand: it becomes pending
+    with a fresh attempt budget; its history and last error are kept. Returns the status it
+    left.
+
+    ``actor`` defaults to the system user and host of this process (:func:`default_actor`).
+    Raises ``ValueError`` for a bad reason or actor, ``JobNotFound`` for an id no job has, and
+    ``ActionRefused`` if the job is in another state or another active job holds its unique
+    key; nothing is written then.
+    """
+    name = _actor_name(actor)
+    _check_reason(reason)
+    with consolelog.audited_change(_user(actor)) as audit:
+        job = _job(job_id)
+        left = transitions.manual_retry(job_id, actor=name, reason=reason)
+        audit.log(job, f"retried (was {left}): {reason}")
+    return left
+
+
+def cancel(job_id: int, *, reason: str, actor: Actor | None = None) -> str:
+    """Cancel a job: a pending one at once (``CancelResult.CANCELLED``), a running one
+    cooperatively (``CancelResult.REQUESTED``: its next heartbeat tells the handler, which ends
+    ``cancelled``, or ``completed`` if it finishes first).
+
+    ``actor`` defaults to the system user and host of this process (:func:`default_actor`).
+    Raises ``ValueError`` for a bad reason or actor, ``JobNotFound`` for an id no job has, and
+    ``ActionRefused`` if the job is finished or its cancellation was already requested;
+    nothing is written then.
+    """
+    name = _actor_name(actor)
+    _check_reason(reason)
+    with consolelog.audited_change(_user(actor)) as audit:
+        job = _job(job_id)
+        result = transitions.cancel(job_id, actor=name, reason=reason)
+        if result == CancelResult.NOT_CANCELLABLE:
+            raise ActionRefused(_not_cancellable(job))
+        done = "cancelled" if result == CancelResult.CANCELLED else "cancellation requested"
+        audit.log(job, f"{done}: {reason}")
+    return result
+
+
+def resolve(job_id: int, *, to: str, reason: str, actor: Actor | None = None) -> None:
+    """Close a ``needs_review`` job after a human checked it: ``to`` is completed (its effect
+    happened) or failed (it did not, and must not).
+
+    Raises ``ValueError`` for a bad ``to``, reason or actor, ``JobNotFound`` for an id no job
+    has, and ``ActionRefused`` if the job no longer needs review; nothing is written then.
+    """
+    name = _actor_name(actor)
+    _check_reason(reason)
+    with consolelog.audited_change(_user(actor)) as audit:
+        job = _job(job_id)
+        transitions.resolve(job_id, to=to, actor=name, reason=reason)
+        audit.log(job, f"resolved as {to}: {reason}")
+
+
+def default_actor() -> str:
+    """Who acts when nobody says: ``user@host`` of this process, as ``jobsqueue`` records."""
+    try:
+        user = getpass.getuser()
+    except (OSError, KeyError):  # no login name and no passwd entry (a bare container)
+        user = f"uid{os.getuid()}"
+    return f"{user}@{socket.gethostname()}"
+
+
+def _actor_name(actor: Actor | None) -> str:
+    if actor is None:
+        return default_actor()[:MAX_ACTOR_CHARS]
+    name = actor if isinstance(actor, str) else actor.get_username()
+    if not isinstance(name, str) or not name.strip():
+        raise ValueError("say who acts: the actor must be a user or a non-empty string")
+    if "\x00" in name:
+        raise ValueError("the actor holds a NUL character, which cannot be stored")
+    if len(name) > MAX_ACTOR_CHARS:
+        raise ValueError(f"the actor is longer than {MAX_ACTOR_CHARS} characters")
+    return name
+
+
+def reason_problem(reason: object) -> str | None:
+    """Why a reason cannot be recorded, in words; None when it can."""
+    if not isinstance(reason, str) or not reason.strip():
+        return "Say why: the reason is kept in the job's history."
+    if "\x00" in reason:
+        return "The reason holds a NUL character, which cannot be stored."
+    if len(reason) > MAX_REASON_CHARS:
+        return f"Keep the reason under {MAX_REASON_CHARS} characters."
+    return None
+
+
+def _check_reason(reason: object) -> None:
+    problem = reason_problem(reason)
+    if problem is not None:
+        raise ValueError(problem)
+
+
+def _job(job_id: int) -> Job:
+    """The job as the log entry names it; ``JobNotFound`` rather than a vague refusal."""
+    if isinstance(job_id, bool) or not isinstance(job_id, int) or not 1 <= job_id <= MAX_JOB_ID:
+        raise ValueError(f"{job_id!r} is not a job id: ids run from 1 to {MAX_JOB_ID}")
+    job = Job.objects.using(jobs_settings.DATABASE).only("id", "type", "status", "cancel_requested_at")
+    found = job.filter(id=job_id).first()
+    if found is None:
+        raise JobNotFound(f"no job has id {job_id} (it never existed, or retention pruned it)")
+    return found
+
+
+def _not_cancellable(job: Job) -> str:
+    if job.status == JobStatus.RUNNING:
+        return f"job {job.id} was not cancelled: its cancellation was already requested"
+    return f"job {job.id} was not cancelled: it is {job.status}, not pending or running"
+
+
+def _user(actor: Actor | None) -> AbstractBaseUser | None:
+    """The Django user who owns the admin log entry, if the actor is one."""
+    return None if actor is None or isinstance(actor, str) else actor
+
+
+#: What ``jobs list`` reads of each job: never the payload, checkpoint or error text.
+LIST_COLUMNS = (
+    "id", "type", "queue", "status", "attempts", "max_attempts", "last_error_code",
+    "available_at", "finished_at", "created_at",
+)  # fmt: skip
+#: The most jobs one listing returns.
+MAX_LISTED = 1000
+
+
+def newest_jobs(
+    *,
+    status: str | None = None,
+    code: str | None = None,
+    job_type: str | None = None,
+    queue: str | None = None,
+    limit: int = 50,
+) -> list[Job]:
+    """The newest jobs that match every filter given, newest first, at most ``limit``.
+
+    Served, as the console's list is, by an index that ends in ``-id`` — ``(status, -id)``,
+    ``(last_error_code, -id)``, ``(type, -id)`` or ``(queue, -id)``, whichever the planner finds
+    most selective, or the primary key without a filter — so it reads about ``limit`` rows of a
+    table of millions, never the whole table.
+    """
+    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_LISTED:
+        raise ValueError(f"the limit must be a whole number from 1 to {MAX_LISTED}")
+    filters = {"status": status, "last_error_code": code, "type": job_type, "queue": queue}
+    jobs = Job.objects.using(jobs_settings.DATABASE).only(*LIST_COLUMNS)
+    jobs = jobs.filter(**{column: value for column, value in filters.items() if value is not None})
+    return list(jobs.order_by("-id")[:limit])
