@@ -7,6 +7,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError
 
 from django_jobs.diagnosis import JobNotFound, explain, parse_job_id
+from django_jobs.schema import require_migrated
 
 
 def job_id(text: str) -> int:
@@ -24,6 +25,7 @@ class Command(BaseCommand):
         parser.add_argument("--json", action="store_true", help="Print the explanation as JSON.")
 
     def handle(self, *args: Any, **options: Any) -> None:
+        require_migrated()
         try:
             explanation = explain(options["id"])
         except JobNotFound as exc:
