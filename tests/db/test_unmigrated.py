@@ -59,6 +59,20 @@ def test_a_command_on_an_unmigrated_database_says_run_migrate_and_exits_2(
     assert tables == (0,)
 
 
+def test_a_separate_jobs_database_that_is_not_migrated_is_named_with_the_migrate_to_run(
+    unmigrated_url: str,
+) -> None:
+    business = server_url(settings.DATABASES["default"]["NAME"])  # migrated: the test database
+    result = subprocess.run(
+        [sys.executable, "manage.py", "runjobs", "--burst"], cwd=ROOT,
+        env={**os.environ, "DATABASE_URL": business, "JOBS_DATABASE_URL": unmigrated_url},
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert "database 'jobs' lacks django_jobs' tables" in result.stderr
+    assert result.stderr.rstrip().endswith("run manage.py migrate --database jobs")
+
+
 @pytest.mark.slow
 def test_a_worker_on_a_database_one_migration_behind_names_the_missing_one(unmigrated_url: str) -> None:
     latest = sorted(p.stem for p in (ROOT / "django_jobs" / "migrations").glob("0*.py"))
