@@ -198,7 +198,10 @@ def test_explainjob_says_which_modules_workers_import_when_none_knows_a_task(
 ) -> None:
     from testproject.testjobs import undiscovered  # as the view that enqueues it would
 
-    result = undiscovered.send_reminder.enqueue(7)
+    try:
+        result = undiscovered.send_reminder.enqueue(7)
+    finally:  # the import registered the task in this process only: later tests compare registries
+        registry.unregister(undiscovered.send_reminder.module_path)
     worker_knowing("testproject.testjobs.tasks.add")
     text = explainjob(worker_env, result.id)  # a process of its own: it imports what workers do
     assert text.returncode == 0, text.stderr

@@ -153,7 +153,7 @@ def _no_params() -> None: ...
         (_three_params, "missing a required argument: 'extra'"),
         (_ctx_only, "too many positional arguments"),
         (_keyword_only, "too many positional arguments"),
-        (_required_keyword, "missing a required argument: 'region'"),
+        (_required_keyword, "argument: 'region'"),  # "keyword-only argument" from Python 3.12
         (_no_params, "too many positional arguments"),
         (lambda payload: None, "too many positional arguments"),
     ],
