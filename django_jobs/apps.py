@@ -15,11 +15,30 @@ class DjangoJobsConfig(AppConfig):
 
         # Handlers register themselves with @job when their module is imported; importing
         # every installed app's jobs.py means web processes and workers know the same types.
-        autodiscover_modules("jobs")
-        if _serves_tasks():
-            # A task becomes a job type when its @task decorator runs: a worker must import
-            # every tasks.py to know (and claim) the tasks the web processes enqueue.
-            autodiscover_modules("tasks")
+        # A task becomes a job type when its @task decorator runs: with Django's Tasks on
+        # django_jobs, a worker must import every tasks.py to know (and claim) them too.
+        for module_name in discovered_module_names():
+            autodiscover_modules(module_name)
+
+
+def discovered_module_names() -> tuple[str, ...]:
+    """The modules every process imports from each installed app at start-up: ``jobs``, and
+    ``tasks`` when Django's Tasks framework runs on django_jobs."""
+    return ("jobs", "tasks") if _serves_tasks() else ("jobs",)
+
+
+def discovered_modules() -> list[str]:
+    """The dotted paths of the modules ``ready()`` imported: the job types a worker knows are
+    the ones these modules (and what they import) register."""
+    from django.apps import apps
+    from django.utils.module_loading import module_has_submodule
+
+    return [
+        f"{config.name}.{name}"
+        for config in apps.get_app_configs()
+        for name in discovered_module_names()
+        if module_has_submodule(config.module, name)
+    ]
 
 
 def _serves_tasks() -> bool:

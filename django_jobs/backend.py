@@ -26,13 +26,14 @@ import uuid
 from typing import Any
 
 from django.apps import apps
+from django.conf import settings
 from django.core import checks
 from django.core.exceptions import ImproperlyConfigured
 from django.utils.module_loading import import_string
 
 from django_jobs import taskapi, taskrun
 from django_jobs.backoff import Backoff
-from django_jobs.conf import jobs_settings
+from django_jobs.conf import DEFAULTS
 from django_jobs.enqueueing import enqueue
 from django_jobs.errors import EnqueueError
 from django_jobs.jsonvalues import plain_json_problem
@@ -55,38 +56,58 @@ class JobsBackend(taskapi.PRIMARY.BaseTaskBackend):  # type: ignore[name-defined
 
     def __init__(self, alias: str, params: dict[str, Any]) -> None:
         super().__init__(alias, params)
+        # A bad entry must not raise here: the framework builds its backends while the
+        # project's tasks.py modules are imported, and a traceback there would hide every
+        # other check message. What is wrong is kept, reported by check() and raised by enqueue().
+        self.problems: list[str] = []
         for queue in self.queues:
             if not isinstance(queue, str) or not QUEUE_RE.match(queue):
-                raise ImproperlyConfigured(f"TASKS[{alias!r}]: invalid queue name {queue!r}")
+                self.problems.append(f"TASKS[{alias!r}]: invalid queue name {queue!r}")
         unknown = sorted(set(self.options) - set(_OPTIONS))
         if unknown:
-            raise ImproperlyConfigured(
+            self.problems.append(
                 f"TASKS[{alias!r}]['OPTIONS']: unknown option(s) {', '.join(unknown)}; "
                 f"known: {', '.join(_OPTIONS)}"
             )
-        attempts = jobs_settings.DEFAULT_MAX_ATTEMPTS
-        self.max_attempts = self._option("MAX_ATTEMPTS", attempts, int, minimum=1, maximum=1000)
-        self.backoff = Backoff(
-            base=self._option("BACKOFF_BASE", jobs_settings.BACKOFF_BASE, float, minimum=0),
-            cap=self._option("BACKOFF_CAP", jobs_settings.BACKOFF_CAP, float, minimum=0),
-            jitter=self._option("BACKOFF_JITTER", jobs_settings.BACKOFF_JITTER, float, minimum=0, maximum=1),
-        )
+        self.max_attempts: int = self._option("MAX_ATTEMPTS", int, minimum=1, maximum=1000)
+        self.backoff = self._retry_policy()
         timeout = self.options.get("TIMEOUT")
-        self.timeout = None if timeout is None else self._option("TIMEOUT", None, float, minimum=0.001)
+        self.timeout: float | None = (
+            None if timeout is None else self._option("TIMEOUT", float, minimum=0.001)
+        )
 
-    def _option(self, name: str, default: Any, kind: type, minimum: float, maximum: float = math.inf) -> Any:
-        value = self.options.get(name, default)
-        where = f"TASKS[{self.alias!r}]['OPTIONS'][{name!r}]"
-        number = isinstance(value, int | float) and not isinstance(value, bool)
-        if not number or (kind is int and int(value) != value):
-            raise ImproperlyConfigured(f"{where} must be a {kind.__name__}")
-        if not (math.isfinite(value) and minimum <= value <= maximum):
-            raise ImproperlyConfigured(f"{where} must be between {minimum} and {maximum}")
-        return kind(value)
+    def _option(self, name: str, kind: type, minimum: float, maximum: float = math.inf) -> Any:
+        """``OPTIONS[name]`` when it is sound, else the ``DJANGO_JOBS`` value it defaults to
+        (a problem is recorded only for the option: ``check_settings`` reports the setting)."""
+        if name not in self.options:
+            return _setting_default(name, kind, minimum, maximum)
+        value = self.options[name]
+        problem = _number_problem(value, kind, minimum, maximum)
+        if problem is None:
+            return kind(value)
+        self.problems.append(f"TASKS[{self.alias!r}]['OPTIONS'][{name!r}] {problem}")
+        return _setting_default(name, kind, minimum, maximum)
+
+    def _retry_policy(self) -> Backoff:
+        base = self._option("BACKOFF_BASE", float, minimum=0)
+        cap = self._option("BACKOFF_CAP", float, minimum=0)
+        jitter = self._option("BACKOFF_JITTER", float, minimum=0, maximum=1)
+        try:
+            return Backoff(base=base, cap=cap, jitter=jitter)
+        except ValueError as exc:  # each part is sound alone, not together (a cap below the base)
+            self.problems.append(f"TASKS[{self.alias!r}]['OPTIONS'] (or DJANGO_JOBS['BACKOFF_*']): {exc}")
+            return Backoff()
+
+    def _refuse_if_misconfigured(self) -> None:
+        if self.problems:
+            raise ImproperlyConfigured("; ".join(self.problems) + "; nothing was enqueued")
 
     def check(self, **kwargs: Any) -> list[checks.CheckMessage]:
-        """The framework's checks of this backend, and ``django_jobs.E060``: the app is not in
-        ``INSTALLED_APPS``, so there are no job tables to enqueue into and no ``runjobs``."""
+        """The framework's checks of this backend; ``django_jobs.E060``: the app is not in
+        ``INSTALLED_APPS``, so there are no job tables to enqueue into and no ``runjobs``; one
+        ``django_jobs.E061`` per problem of its ``TASKS`` entry: ``manage.py check`` (and every
+        command that runs the checks, such as ``runjobs``) shows them all instead of a
+        traceback."""
         messages = list(super().check(**kwargs))
         if not apps.is_installed("django_jobs"):
             messages.append(
@@ -97,6 +118,9 @@ class JobsBackend(taskapi.PRIMARY.BaseTaskBackend):  # type: ignore[name-defined
                     id="django_jobs.E060",
                 )
             )
+        messages.extend(
+            checks.Error(problem, hint=OPTIONS_HINT, id="django_jobs.E061") for problem in self.problems
+        )
         return messages
 
     # ---- validation --------------------------------------------------------------------------
@@ -134,7 +158,9 @@ class JobsBackend(taskapi.PRIMARY.BaseTaskBackend):  # type: ignore[name-defined
         Inside ``transaction.atomic()`` the job commits or rolls back with the caller's writes.
         Raises ``InvalidTask`` (arguments that are not JSON, an invalid queue, a naive
         ``run_after``…) before anything is written.
+        Raises ``ImproperlyConfigured`` while the backend's ``TASKS`` entry is invalid.
         """
+        self._refuse_if_misconfigured()
         self.validate_task(task)
         family = taskapi.family_of(task)
         payload = {"args": _json(family, list(args), "args"), "kwargs": _json(family, dict(kwargs), "kwargs")}
@@ -191,6 +217,41 @@ class JobsBackend(taskapi.PRIMARY.BaseTaskBackend):  # type: ignore[name-defined
             raise TaskResultDoesNotExist(f"job {job_id} is not a task of Django's Tasks framework")
         task = _as_enqueued(task, priority=job.priority, queue_name=job.queue, backend=self.alias)
         return taskrun.result_of(taskapi.family_of(task), task, job, self.alias)
+
+
+OPTIONS_HINT = "See docs/django-tasks.md for the backend's options."
+
+#: The DJANGO_JOBS setting each option defaults to.
+_SETTING_OF = {
+    "MAX_ATTEMPTS": "DEFAULT_MAX_ATTEMPTS",
+    "BACKOFF_BASE": "BACKOFF_BASE",
+    "BACKOFF_CAP": "BACKOFF_CAP",
+    "BACKOFF_JITTER": "BACKOFF_JITTER",
+}
+
+
+def _number_problem(value: Any, kind: type, minimum: float, maximum: float) -> str | None:
+    """Why ``value`` is not a ``kind`` in [minimum, maximum], or None when it is."""
+    number = isinstance(value, int | float) and not isinstance(value, bool)
+    if not number or (kind is int and int(value) != value):
+        return f"must be a {kind.__name__}, not {value!r}"
+    if not (math.isfinite(value) and minimum <= value <= maximum):
+        return f"must be between {minimum} and {maximum}, not {value!r}"
+    return None
+
+
+def _setting_default(option: str, kind: type, minimum: float, maximum: float) -> Any:
+    """The ``DJANGO_JOBS`` value an option defaults to (None for ``TIMEOUT``); the built-in
+    default while that setting is invalid (``manage.py check`` reports it as a ``DJANGO_JOBS``
+    error)."""
+    setting = _SETTING_OF.get(option)
+    if setting is None:
+        return None
+    user = getattr(settings, "DJANGO_JOBS", {})
+    value = user.get(setting, DEFAULTS[setting]) if isinstance(user, dict) else DEFAULTS[setting]
+    if _number_problem(value, kind, minimum, maximum) is not None:
+        value = DEFAULTS[setting]
+    return kind(value)
 
 
 class _WithoutDelay:

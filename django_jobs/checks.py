@@ -205,7 +205,9 @@ def _check_patterns(patterns: Any) -> list[CheckMessage]:
 
 @register(Tags.compatibility)
 def check_database(app_configs: Sequence[AppConfig] | None = None, **kwargs: Any) -> list[CheckMessage]:
-    alias = getattr(settings, "DJANGO_JOBS", {}).get("DATABASE", DEFAULTS["DATABASE"])
+    user = getattr(settings, "DJANGO_JOBS", {})
+    # A DJANGO_JOBS that is not a dict is E001: the default database is checked meanwhile.
+    alias = user.get("DATABASE", DEFAULTS["DATABASE"]) if isinstance(user, dict) else DEFAULTS["DATABASE"]
     if alias not in settings.DATABASES:
         return [Error(f"DJANGO_JOBS['DATABASE'] names an unknown alias {alias!r}.", id="django_jobs.E007")]
     messages: list[CheckMessage] = []

@@ -153,7 +153,9 @@ class Settings:
     """Typed, lazy view of ``settings.DJANGO_JOBS`` with the defaults above filled in."""
 
     def _get(self, name: str) -> Any:
-        user: dict[str, Any] = getattr(settings, "DJANGO_JOBS", {})
+        user = getattr(settings, "DJANGO_JOBS", {})
+        if not isinstance(user, dict):  # check E001 reports it; until then, every default holds
+            return DEFAULTS[name]
         return user.get(name, DEFAULTS[name])
 
     @property

@@ -17,12 +17,15 @@ from __future__ import annotations
 
 import datetime as dt
 import enum
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from django.apps import apps
 from django.db import connections
 
+from django_jobs.apps import discovered_module_names, discovered_modules
 from django_jobs.conf import jobs_settings
 from django_jobs.errors import JobNotFound as JobNotFound  # re-exported: callers of explain() catch it here
 from django_jobs.models import Job, JobEvent, LiveWorker, Queue, RateWindow, silence_threshold
@@ -212,11 +215,14 @@ def _workers(job: Job, now: dt.datetime, db: str, evidence: list[tuple[str, str]
         ]
     knowing = [w for w in alive if w.reads(job.type) is not None]
     if not knowing:
+        modules = discovered_modules()
+        evidence.append(("modules every process imports at start-up", ", ".join(modules) or "none"))
         return [
             Blocker(
                 Reason.TYPE_UNKNOWN,
                 f"None of the {len(alive)} live worker(s) serving queue {job.queue} runs job type "
-                f"{job.type}: deploy code that registers it to those workers.",
+                f"{job.type}. A worker knows the types registered by the modules it imports at "
+                f"start-up: {_discovered_sentence()} {_how_to_register(job)}",
             )
         ]
     newest = max(w.reads(job.type) or 0 for w in knowing)
@@ -238,6 +244,48 @@ def _workers(job: Job, now: dt.datetime, db: str, evidence: list[tuple[str, str]
             )
         ]
     return []
+
+
+def _discovered_sentence() -> str:
+    """Which modules of each installed app every process imports, in words."""
+    names = discovered_module_names()
+    files = " and ".join(f"{name}.py" for name in names)
+    tasks = "" if "tasks" in names else " (and tasks.py when TASKS runs on django_jobs)"
+    return f"the {files} of each installed app{tasks}, and whatever those import."
+
+
+def _how_to_register(job: Job) -> str:
+    """What to do so that workers know ``job``'s type, from what this process knows of it."""
+    job_type = registry.get(job.type)
+    if job_type is not None:  # this process imports it the way workers do: they run other code
+        where = getattr(job_type.handler, "__module__", None) or "a discovered module"
+        return (
+            f"This release registers it (in {where}): restart those workers with it, "
+            "or check that they run with the same settings."
+        )
+    module = _task_module(job)
+    if module is not None and module not in sys.modules:
+        package, _, leaf = module.rpartition(".")
+        return (
+            f"It is a task of module {module}, which none of those imports: import it from one "
+            f"(add `from {package} import {leaf}  # noqa: F401` to a tasks.py) or move the task into "
+            "one, then restart the workers."
+        )
+    return (
+        "Register it with @job in one of those modules (or import the module that does from one), "
+        "then restart the workers."
+    )
+
+
+def _task_module(job: Job) -> str | None:
+    """The module of the task ``job`` runs (its type is the task's dotted path), or None when
+    it does not look like a task of Django's Tasks framework."""
+    module, _, function = job.type.rpartition(".")
+    if not module or not function.isidentifier() or not isinstance(job.payload, dict):
+        return None
+    if set(job.payload) != {"args", "kwargs"} or "." not in module:
+        return None
+    return module if apps.get_containing_app_config(module) is not None else None
 
 
 def _limits(job: Job, now: dt.datetime, db: str) -> list[Blocker]:

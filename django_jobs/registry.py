@@ -6,8 +6,11 @@ the function freely, but never reuse a name for different work.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import enum
+import functools
+import inspect
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -147,6 +150,10 @@ class AlreadyRegistered(ValueError):
     """Two different handlers claim the same type name."""
 
 
+class InvalidHandler(TypeError):
+    """A handler that cannot be called as ``handler(ctx, payload)``."""
+
+
 class Registry:
     def __init__(self) -> None:
         self._types: dict[str, JobType] = {}
@@ -179,7 +186,34 @@ registry = Registry()
 
 
 def _qualname(handler: Callable[..., Any]) -> str:
-    return f"{handler.__module__}.{handler.__qualname__}"
+    """Where the handler is defined: ``module.function`` (the wrapped one of a ``partial``, the
+    class of a callable instance)."""
+    target: Any = handler.func if isinstance(handler, functools.partial) else handler
+    if not hasattr(target, "__qualname__"):  # a callable instance: its class names it
+        target = type(target)
+    return f"{getattr(target, '__module__', '?')}.{target.__qualname__}"
+
+
+def refuse_unfit_handler(name: str, handler: Any) -> None:
+    """Raise ``InvalidHandler`` unless ``handler(ctx, payload)`` is a call it accepts.
+
+    Refused here, at import time, a handler that cannot take ``(ctx, payload)`` would otherwise
+    pass every check and then fail each attempt at run time with an opaque ``UNKNOWN``.
+    """
+    if not callable(handler):
+        raise InvalidHandler(f"@job({name!r}) must decorate a function, not {type(handler).__name__}")
+    try:
+        signature = inspect.signature(handler)
+    except (TypeError, ValueError):
+        return  # a builtin without introspectable parameters: nothing to hold against it
+    try:
+        signature.bind(None, None)
+    except TypeError as exc:
+        raise InvalidHandler(
+            f"job handler {_qualname(handler)}{signature} for type {name!r} cannot be called as "
+            f"handler(ctx, payload): {exc}. Take exactly two positional parameters, "
+            "e.g. def handler(ctx, payload)."
+        ) from None
 
 
 def job(
@@ -214,7 +248,8 @@ def job(
     ``django_jobs.schedules`` for ``misfire_grace`` and ``on_running``.
 
     Raises ``ValueError`` for an invalid name or policy, at import time rather than at the
-    first enqueue, and ``AlreadyRegistered`` when another handler owns ``name``.
+    first enqueue, ``InvalidHandler`` (a ``TypeError``) for a handler that cannot be called as
+    ``handler(ctx, payload)``, and ``AlreadyRegistered`` when another handler owns ``name``.
     """
     if not NAME_RE.match(name):
         raise ValueError(f"invalid job type name {name!r}: use letters, digits and _ . : -")
@@ -266,6 +301,7 @@ def job(
         )  # raises InvalidSchedule, a ValueError, for a bad expression or time zone
 
     def decorator(handler: H) -> H:
+        refuse_unfit_handler(name, handler)
         registry.register(
             JobType(
                 name=name,
@@ -290,7 +326,9 @@ def job(
                 schedule=planned,
             )
         )
-        handler.job_name = name  # type: ignore[attr-defined]  # lets enqueue(handler, ...) work
+        # A bound method takes no attributes: enqueue it by its type name.
+        with contextlib.suppress(AttributeError):
+            handler.job_name = name  # type: ignore[attr-defined]  # lets enqueue(handler, ...) work
         return handler
 
     return decorator

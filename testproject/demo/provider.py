@@ -19,10 +19,17 @@ from __future__ import annotations
 
 import json
 import threading
+import uuid
 from collections import Counter
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
+
+
+def _new_object_id() -> str:
+    """An id no other object of any provider run has, as a real provider's ids are: the demo's
+    invoices outlive the provider process, and store its charge ids under a UNIQUE constraint."""
+    return f"obj_{uuid.uuid4().hex}"
 
 
 class FakeProvider:
@@ -76,7 +83,7 @@ class FakeProvider:
             if not failing:
                 object_key = idempotency_key or f"{key}#{seen}"
                 created = self.objects.setdefault(
-                    object_key, {"id": f"obj_{len(self.objects) + 1}", "key": key, "body": body.decode()}
+                    object_key, {"id": _new_object_id(), "key": key, "body": body.decode()}
                 )
         if not failing and seen <= int(query.get("drop", 0)):
             request.close_connection = True  # performed, but the answer never leaves

@@ -183,3 +183,53 @@ def test_explainjob_says_a_missing_job_is_missing(worker_env: dict[str, str]) ->
     result = explainjob(worker_env, "9223372036854775807")
     assert result.returncode == 1
     assert "no job has id 9223372036854775807" in result.stderr and "Traceback" not in result.stderr
+
+
+def worker_knowing(*job_types: str) -> None:
+    """A live worker, as a worker of a release that registers only ``job_types`` reports itself."""
+    transitions.report_worker(
+        worker_id="w-known", hostname="host", pid=1, queues="", concurrency=4, running=0, processed=0,
+        job_types={name: 1 for name in job_types},
+    )  # fmt: skip
+
+
+def test_explainjob_says_which_modules_workers_import_when_none_knows_a_task(
+    worker_env: dict[str, str],
+) -> None:
+    from testproject.testjobs import undiscovered  # as the view that enqueues it would
+
+    try:
+        result = undiscovered.send_reminder.enqueue(7)
+    finally:  # the import registered the task in this process only: later tests compare registries
+        registry.unregister(undiscovered.send_reminder.module_path)
+    worker_knowing("testproject.testjobs.tasks.add")
+    text = explainjob(worker_env, result.id)  # a process of its own: it imports what workers do
+    assert text.returncode == 0, text.stderr
+    sentence = text.stdout.splitlines()[1]
+    assert "runs job type testproject.testjobs.undiscovered.send_reminder" in sentence
+    assert "the jobs.py and tasks.py of each installed app" in sentence
+    assert "It is a task of module testproject.testjobs.undiscovered, which none of those imports" in sentence
+    assert "from testproject.testjobs import undiscovered  # noqa: F401" in sentence
+    as_json = json.loads(explainjob(worker_env, result.id, "--json").stdout)
+    assert as_json["reason"] == "type_unknown"
+    evidence = {item["label"]: item["value"] for item in as_json["evidence"]}
+    modules = evidence["modules every process imports at start-up"].split(", ")
+    assert {"testproject.testjobs.jobs", "testproject.testjobs.tasks"} <= set(modules)
+
+
+def test_explainjob_says_workers_run_other_code_when_this_release_registers_the_type(
+    worker_env: dict[str, str],
+) -> None:
+    job = JobFactory(type="test.noop", queue=QUEUE, available_at=timezone.now())
+    worker_knowing("test.other")
+    text = explainjob(worker_env, str(job.id))
+    assert text.returncode == 0, text.stderr
+    assert "This release registers it (in testproject.testjobs.jobs): restart those workers" in text.stdout
+
+
+def test_explainjob_says_where_to_register_a_job_type_nobody_knows(worker_env: dict[str, str]) -> None:
+    job = JobFactory(type="billing.charge_invoice", queue=QUEUE, available_at=timezone.now())
+    worker_knowing("test.noop")
+    text = explainjob(worker_env, str(job.id))
+    assert text.returncode == 0, text.stderr
+    assert "Register it with @job in one of those modules" in text.stdout

@@ -160,3 +160,71 @@ def test_the_jobs_router_sends_only_the_job_tables_to_the_jobs_database() -> Non
         assert jobs_router.allow_migrate("jobs", "django_jobs") is True
         assert jobs_router.allow_migrate("default", "django_jobs", model_name="job") is False
         assert jobs_router.allow_migrate("default", "auth") is None
+
+
+def manage_check_with(tmp_path: Path, settings_tail: str) -> subprocess.CompletedProcess[str]:
+    """``manage.py check`` on the test project's settings with ``settings_tail`` run after them."""
+    (tmp_path / "badsettings.py").write_text(
+        "from testproject.settings import *  # noqa: F403\n" + settings_tail
+    )
+    pythonpath = os.pathsep.join([str(tmp_path), str(ROOT), os.environ.get("PYTHONPATH", "")])
+    return manage_check(DJANGO_SETTINGS_MODULE="badsettings", PYTHONPATH=pythonpath)
+
+
+def test_a_bad_setting_with_the_tasks_backend_is_a_check_message_not_a_traceback(tmp_path: Path) -> None:
+    # The backend's options default to these settings: an invalid one used to raise, about a
+    # TASKS option nobody set, while tasks.py was imported, hiding the other messages.
+    result = manage_check_with(
+        tmp_path, 'DJANGO_JOBS = {**DJANGO_JOBS, "BACKOFF_JITTER": 2, "LEASE_TIMOUT": 3}\n'
+    )
+    assert result.returncode == 1, result.stderr
+    assert "Traceback" not in result.stderr, result.stderr
+    assert "django_jobs.E005" in result.stderr and "django_jobs.E002" in result.stderr
+    assert "TASKS" not in result.stderr  # the error is in DJANGO_JOBS, and says so
+
+
+def test_every_bad_tasks_option_is_a_check_message_beside_the_other_errors(tmp_path: Path) -> None:
+    tail = (
+        'DJANGO_JOBS = "not a dict"\n'
+        'TASKS["default"]["QUEUES"] = [*TASKS["default"]["QUEUES"], "bad queue"]\n'
+        'TASKS["default"]["OPTIONS"] = {"MAX_ATTEMPTS": 0, "BACKOFF_BASE": 5, "BACKOFF_CAP": 1,'
+        ' "TIMEOUT": "soon", "COLOUR": "red"}\n'
+    )
+    result = manage_check_with(tmp_path, tail)
+    assert result.returncode == 1, result.stderr
+    assert "Traceback" not in result.stderr, result.stderr
+    assert "django_jobs.E001" in result.stderr
+    assert result.stderr.count("django_jobs.E061") == 5, result.stderr
+    for words in ("'bad queue'", "'MAX_ATTEMPTS'] must be between 1 and 1000", "cap must be >= base",
+                  "'TIMEOUT'] must be a float", "unknown option(s) COLOUR"):  # fmt: skip
+        assert words in result.stderr
+
+
+def test_a_misconfigured_tasks_backend_refuses_to_enqueue_and_writes_nothing(db: None) -> None:
+    from django.core.exceptions import ImproperlyConfigured
+
+    from django_jobs.backend import JobsBackend
+    from django_jobs.models import Job
+    from testproject.testjobs import tasks
+
+    backend = JobsBackend(
+        "broken", {"BACKEND": "django_jobs.backend.JobsBackend", "OPTIONS": {"BACKOFF_JITTER": 7}}
+    )
+    assert [m.id for m in backend.check() if m.id == "django_jobs.E061"] == ["django_jobs.E061"]
+    with pytest.raises(ImproperlyConfigured, match=r"'BACKOFF_JITTER'\] must be between 0 and 1"):
+        backend.enqueue(tasks.add, (1, 2), {})
+    assert not Job.objects.exists()
+
+
+def test_a_sound_tasks_backend_has_no_problems() -> None:
+    from django_jobs.backend import JobsBackend
+
+    options = {"MAX_ATTEMPTS": 3, "BACKOFF_BASE": 0.5, "BACKOFF_CAP": 10, "BACKOFF_JITTER": 0, "TIMEOUT": 2}
+    backend = JobsBackend("sound", {"BACKEND": "django_jobs.backend.JobsBackend", "OPTIONS": options})
+    assert backend.problems == []
+    assert (backend.max_attempts, backend.backoff.base, backend.backoff.cap, backend.timeout) == (
+        3,
+        0.5,
+        10.0,
+        2.0,
+    )

@@ -12,11 +12,15 @@ A Python block is one of:
 from __future__ import annotations
 
 import re
+import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCUMENTS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+#: The distribution pyproject.toml builds, and where the documents say its checkout is.
+DISTRIBUTION = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["name"]
+CHECKOUT = f"/path/to/{DISTRIBUTION}"
 
 PYTHON = ("python", "py")
 SHELL = ("sh", "bash", "console", "shell")

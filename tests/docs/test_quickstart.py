@@ -10,6 +10,7 @@ nobody runs.
 from __future__ import annotations
 
 import http.cookiejar
+import json
 import os
 import re
 import shlex
@@ -27,13 +28,13 @@ import psycopg
 import pytest
 from django.conf import settings
 
-from tests.docs.snippets import ROOT, Block, blocks
+from tests.docs.snippets import CHECKOUT, DISTRIBUTION, ROOT, Block, blocks
 
 QUICKSTART = ROOT / "docs" / "quickstart.md"
 PYTHON = sys.executable
 BIN = Path(PYTHON).parent
-#: Steps the test's own virtualenv has already taken: the package is installed in it.
-DONE_BY_THE_TEST_RUN = {"python -m venv .venv", ". .venv/bin/activate", "pip install django-jobs"}
+#: Steps the test's own virtualenv has already taken (the install line is checked, not repeated).
+DONE_BY_THE_TEST_RUN = {"python -m venv .venv", ". .venv/bin/activate"}
 PASSWORD = "quickstart-password"
 #: A fresh project, a fresh database, some fifteen processes: half a minute.
 pytestmark = pytest.mark.slow
@@ -95,7 +96,9 @@ class Reader:
         if line in DONE_BY_THE_TEST_RUN:
             return
         words = shlex.split(line)
-        if words[:1] == ["django-admin"]:
+        if words[:2] == ["pip", "install"]:
+            self.pip_install(words[2:])
+        elif words[:1] == ["django-admin"]:
             self.run([str(BIN / "django-admin"), *words[1:]])
         elif words[:1] == ["createdb"]:
             self.createdb(words)
@@ -103,6 +106,18 @@ class Reader:
             self.manage(words[2:])
         else:
             raise AssertionError(f"{block}: the test does not know how to run {line!r}")
+
+    def pip_install(self, targets: list[str]) -> None:
+        """The page's install line installs this checkout's distribution: pip, asked what it
+        would install from it, names the distribution pyproject.toml builds. The package itself
+        is already in the test's virtualenv, installed from the same checkout."""
+        assert targets == [CHECKOUT], f"the page installs {targets}, not a checkout at {CHECKOUT}"
+        report = self.project / "pip-report.json"
+        pip = [PYTHON, "-m", "pip", "install", "--dry-run", "--no-deps", "--quiet", "--report", str(report)]
+        self.run([*pip, str(ROOT)], timeout=300)
+        would_install = [item["metadata"]["name"] for item in json.loads(report.read_text())["install"]]
+        assert would_install == [DISTRIBUTION]
+        report.unlink()
 
     def createdb(self, words: list[str]) -> None:
         assert words == ["createdb", "-h", "127.0.0.1", "-U", "postgres", "shop"]

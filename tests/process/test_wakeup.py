@@ -161,7 +161,7 @@ def test_pickups_are_fast_again_after_postgresql_restarts() -> None:
 def test_with_notify_off_a_worker_polls_every_poll_interval(worker_env: dict[str, str]) -> None:
     worker = WorkerProcess({**worker_env, **DEFAULT_POLL, "DJANGO_JOBS_NOTIFY": "0"})
     try:
-        time.sleep(1.5)  # started and idle
+        wait_for(lambda: "worker started" in worker.output(), what="the worker to start")
         assert listening_workers() == 0
         samples = [pickup_ms(enqueue("test.noop", {})) for _ in range(3)]
         assert max(samples) < 1600, samples  # within a poll interval (and the claim)

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterator
 from typing import Any
 
@@ -15,7 +16,7 @@ from django_jobs import (
     job,
 )
 from django_jobs.errors import OutcomeKind, classify
-from django_jobs.registry import AlreadyRegistered, registry
+from django_jobs.registry import AlreadyRegistered, InvalidHandler, registry
 
 
 @pytest.mark.parametrize(
@@ -129,3 +130,92 @@ def test_idempotency_key_is_stable_across_attempts() -> None:
         lease=lease(),
     )
     assert keyed.idempotency_key() == "billing.charge:invoice:7"
+
+
+def _three_params(ctx: JobContext, payload: dict[str, Any], extra: str) -> None: ...
+
+
+def _ctx_only(ctx: JobContext) -> None: ...
+
+
+def _keyword_only(*, ctx: JobContext, payload: dict[str, Any]) -> None: ...
+
+
+def _required_keyword(ctx: JobContext, payload: dict[str, Any], *, region: str) -> None: ...
+
+
+def _no_params() -> None: ...
+
+
+@pytest.mark.parametrize(
+    ("handler", "why"),
+    [
+        (_three_params, "missing a required argument: 'extra'"),
+        (_ctx_only, "too many positional arguments"),
+        (_keyword_only, "too many positional arguments"),
+        (_required_keyword, "argument: 'region'"),  # "keyword-only argument" from Python 3.12
+        (_no_params, "too many positional arguments"),
+        (lambda payload: None, "too many positional arguments"),
+    ],
+)
+def test_a_handler_that_cannot_take_ctx_and_payload_is_refused_at_registration(
+    handler: Any, why: str
+) -> None:
+    with pytest.raises(InvalidHandler, match=r"handler\(ctx, payload\)") as refused:
+        job("scratch.unfit")(handler)
+    assert why in str(refused.value)
+    assert f"{handler.__module__}.{handler.__qualname__}(" in str(refused.value)  # where to look
+    assert "scratch.unfit" not in registry  # nothing was registered
+
+
+def test_a_handler_that_is_not_callable_is_refused() -> None:
+    with pytest.raises(InvalidHandler, match="must decorate a function, not str"):
+        job("scratch.unfit")("not a function")  # type: ignore[type-var]
+    assert "scratch.unfit" not in registry
+
+
+class _CallableHandler:
+    def __call__(self, ctx: JobContext, payload: dict[str, Any]) -> str:
+        return "instance"
+
+
+class _Handlers:
+    def handle(self, ctx: JobContext, payload: dict[str, Any]) -> str:
+        return "method"
+
+
+def _with_options(
+    ctx: JobContext, payload: dict[str, Any], region: str = "eu", *rest: Any, **extra: Any
+) -> str:
+    return region
+
+
+def _partial_target(prefix: str, ctx: JobContext, payload: dict[str, Any]) -> str:
+    return prefix
+
+
+async def _coroutine(ctx: JobContext, payload: dict[str, Any]) -> str:
+    return "async"
+
+
+@pytest.mark.parametrize(
+    "handler",
+    [
+        _with_options,
+        lambda ctx, payload: "lambda",
+        lambda *args: "varargs",
+        lambda ctx, /, payload, **kwargs: "positional-only",
+        functools.partial(_partial_target, "partial"),
+        functools.partial(_three_params, extra="bound by keyword"),
+        _CallableHandler(),
+        _Handlers().handle,
+        _coroutine,
+        print,  # a builtin: its call is its own business
+    ],
+)
+def test_every_shape_that_takes_ctx_and_payload_registers(handler: Any, scratch_names: list[str]) -> None:
+    scratch_names.append("scratch.fit")
+    job("scratch.fit")(handler)
+    job_type = registry.get("scratch.fit")
+    assert job_type is not None and job_type.handler is handler
+    job("scratch.fit")(handler)  # importing the module again registers the same handler again

@@ -8,6 +8,7 @@ from typing import Any
 from django.core.management.base import BaseCommand
 
 from django_jobs.findings import find
+from django_jobs.schema import require_migrated
 
 
 class Command(BaseCommand):
@@ -20,6 +21,7 @@ class Command(BaseCommand):
         parser.add_argument("--json", action="store_true", help="Print the findings as JSON.")
 
     def handle(self, *args: Any, **options: Any) -> None:
+        require_migrated()
         findings = find()
         if options["json"]:
             self.stdout.write(json.dumps([f.as_dict() for f in findings], indent=2, ensure_ascii=False))

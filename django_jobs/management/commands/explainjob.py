@@ -8,6 +8,7 @@ from django.core.management.base import BaseCommand, CommandError, OutputWrapper
 
 from django_jobs.diagnosis import Explanation, explain, parse_job_id
 from django_jobs.errors import JobNotFound
+from django_jobs.schema import require_migrated
 
 
 def job_id(text: str) -> int:
@@ -48,4 +49,5 @@ class Command(BaseCommand):
         parser.add_argument("--json", action="store_true", help="Print the explanation as JSON.")
 
     def handle(self, *args: Any, **options: Any) -> None:
+        require_migrated()
         write_explanation(self.stdout, options["id"], as_json=options["json"])

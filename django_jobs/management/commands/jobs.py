@@ -21,6 +21,7 @@ from django_jobs.management.commands.explainjob import job_id, write_explanation
 from django_jobs.models import Job
 from django_jobs.registry import NAME_RE, QUEUE_RE
 from django_jobs.sanitize import MAX_CODE_CHARS
+from django_jobs.schema import require_migrated
 from django_jobs.states import JobStatus
 from django_jobs.transitions import ActionRefused, CancelResult
 
@@ -98,6 +99,7 @@ class Command(BaseCommand):
         _add_list(verbs.add_parser("list", help="The newest jobs matching every filter given."))
 
     def handle(self, *args: Any, **options: Any) -> None:
+        require_migrated()
         verb = options["verb"]
         if verb == "explain":
             write_explanation(self.stdout, options["id"], as_json=options["json"])

@@ -8,6 +8,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError
 
 from django_jobs import queues, transitions
+from django_jobs.schema import require_migrated
 
 
 class Command(BaseCommand):
@@ -29,6 +30,7 @@ class Command(BaseCommand):
         verbs.add_parser("list", help="Every known queue, and who paused which, when and why.")
 
     def handle(self, *args: Any, **options: Any) -> None:
+        require_migrated()
         if options["verb"] == "list":
             self._list()
             return

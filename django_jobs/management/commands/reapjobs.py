@@ -10,6 +10,7 @@ from django.core.management.base import BaseCommand
 
 from django_jobs import reaper
 from django_jobs.management.commands.runjobs import non_negative_float
+from django_jobs.schema import require_migrated
 
 
 class Command(BaseCommand):
@@ -28,6 +29,7 @@ class Command(BaseCommand):
         )  # fmt: skip
 
     def handle(self, *args: Any, **options: Any) -> None:
+        require_migrated()
         as_json = options["json"]
         if not options["loop"]:
             result = reaper.run_once()

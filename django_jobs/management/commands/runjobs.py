@@ -12,6 +12,7 @@ from django_jobs import logs, metrics
 from django_jobs.conf import jobs_settings
 from django_jobs.probes import HealthFile, ProbeError, ProbeServer
 from django_jobs.registry import QUEUE_RE, registry
+from django_jobs.schema import require_migrated
 from django_jobs.worker import POOLS, Worker
 
 #: Each execution slot holds a database connection (and a thread or a process) for the life of
@@ -179,6 +180,7 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         logs.install_console_handler(options["verbosity"])
+        require_migrated()
         if not registry.names():
             raise CommandError("no job types are registered: is the app with your jobs.py installed?")
         queues, slots, workers = self._queues(options["queues"] or [], options["concurrency"])
