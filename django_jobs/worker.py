@@ -90,8 +90,16 @@ _FINAL = ("completed", "failed", "skipped", "cancelled", "needs_review")
 _SUMMARY_ORDER = ("completed", "pending", "failed", "needs_review", "skipped", "cancelled")
 
 
-def lease_for(claim: Claim, job_type: JobType, worker_id: str | None = None) -> Lease:
-    """The lease of a claimed execution, on its type's terms, held by worker ``worker_id``."""
+def lease_for(
+    claim: Claim, job_type: JobType, worker_id: str | None = None, sent_at: float | None = None
+) -> Lease:
+    """The lease of a claimed execution, on its type's terms, held by worker ``worker_id``.
+
+    ``sent_at`` is the monotonic time just before the claim was sent: the database's lease
+    started after it, so a lease counted from it never outlasts the database's (see
+    ``Lease.held_until``).
+    """
+    claimed = time.monotonic() if sent_at is None else sent_at
     return Lease(
         claim.id,
         claim.execution_id,
@@ -99,6 +107,8 @@ def lease_for(claim: Claim, job_type: JobType, worker_id: str | None = None) -> 
         beats=job_type.heartbeat,
         timeout=job_type.timeout,
         counted=claim.counted,
+        claimed=claimed,
+        last_beat=claimed,
         claimed_db=claim.claimed_at,
         claim=claim,
         worker_id=worker_id,
@@ -242,9 +252,11 @@ class Worker:
         )
         self._rate_windows_open = not self._statement.rate_limited
 
-        # How long a prefetched job may wait for a slot before it is given back: well within
-        # the shortest lease (a buffered job's lease is not extended), and long enough that a
-        # brief stall does not throw a prefetch away.
+        # How long a prefetched job may wait for a slot before the main thread gives it back:
+        # within the shortest lease (a buffered job's lease is not extended), and long enough
+        # that a brief stall does not throw a prefetch away. A slot also refuses, by itself, a
+        # job with less than half its lease left (Lease.may_start): this wait may be longer
+        # than that with short leases, and the main thread looks only when it turns.
         shortest_lease = min([t.lease for t in self.job_types.values()] or [jobs_settings.LEASE_TIMEOUT])
         self._buffer_wait = max(10 * jobs_settings.PREFETCH_SECONDS, min(5.0, shortest_lease / 3))
         self._lock = threading.Lock()
@@ -525,7 +537,7 @@ class Worker:
             limit = min(limit, sum(rooms))
             if not limit:
                 return 0
-        started = time.perf_counter()
+        sent_at, started = time.monotonic(), time.perf_counter()
         self._turn += 1
         claims = transitions.claim(
             self._statement, limit, start_now=max(0, idle - buffered), rooms=rooms, turn=self._turn
@@ -542,11 +554,11 @@ class Worker:
         if self.queue_slots is not None:
             with self._lock:
                 self._held_by_queue.update(c.queue for c in claims)
-        self._pool.submit([Held(c, self._lease_for(c)) for c in claims])
+        self._pool.submit([Held(c, self._lease_for(c, sent_at)) for c in claims])
         return len(claims)
 
-    def _lease_for(self, claim: Claim) -> Lease:
-        return lease_for(claim, self.job_types[claim.type], self.worker_id)
+    def _lease_for(self, claim: Claim, sent_at: float | None = None) -> Lease:
+        return lease_for(claim, self.job_types[claim.type], self.worker_id, sent_at)
 
     def _claim_target(self) -> int:
         """How many jobs to hold: one per live slot, plus what the slots that should free up
