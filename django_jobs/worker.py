@@ -541,8 +541,13 @@ class Worker:
         """Read the outlook: set a timer for the next job due, give back what was prefetched of
         paused queues. Returns whether a job is due now (one the last claim did not get: it
         became due since, or another worker was claiming it)."""
-        seen = transitions.outlook(self._statement)
+        # Cleared before the read: a reconnection of the listener during it asks for another.
         self._outlook_wanted.clear()
+        try:
+            seen = transitions.outlook(self._statement)
+        except BaseException:
+            self._outlook_wanted.set()  # read it once the database answers again
+            raise
         now = self._outlook_at = time.monotonic()
         due_later = seen.due_in is not None and seen.due_in > 0
         # Due now but not claimed: the next periodic check claims it; no timer, or a job that
