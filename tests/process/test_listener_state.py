@@ -118,6 +118,30 @@ def test_a_job_scheduled_while_the_listener_reconnects_starts_when_due(
     assert 0 <= late < ON_TIME, late
 
 
+def _insert_unannounced() -> int:
+    """A job due now whose insert fires no trigger, so no notification: as if it were lost."""
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute("SET LOCAL session_replication_role = replica")  # triggers stay silent
+        cursor.execute(
+            "INSERT INTO django_jobs_job (queue, type, version, payload, status, priority, attempts,"
+            " max_attempts, available_at, on_lost) VALUES ('default', 'test.noop', 1, '{}', 'pending',"
+            " 0, 0, 5, now(), 'retry') RETURNING id"
+        )
+        return int(cursor.fetchone()[0])
+
+
+def test_an_idle_listening_worker_finds_an_unannounced_job_within_a_poll(
+    listening_worker: WorkerProcess,
+) -> None:
+    for _ in range(3):  # each right after the last one ran: the worker has just gone idle
+        job_id = _insert_unannounced()
+        wait_for(lambda job_id=job_id: _statuses([Job(id=job_id)]) == {JobStatus.COMPLETED}, what="the job")
+        job = Job.objects.get(id=job_id)
+        assert job.started_at is not None
+        # POLL_INTERVAL is 1 s; the claim and a loaded machine get half a second more.
+        assert (job.started_at - job.created_at).total_seconds() < 1.5
+
+
 def _prefetch_behind_a_busy_slot() -> tuple[Job, list[Job]]:
     """A worker with one slot runs a 2-second job of the default queue and holds two jobs of
     the emails queue prefetched behind it."""
