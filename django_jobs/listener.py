@@ -3,9 +3,10 @@
 Triggers on the job table (migration 0005) notify whenever a job becomes pending: the payload
 is its queue, followed by the seconds until it is due when it is not due yet. The listener
 wakes the worker's claim loop for a job due now in a queue it serves, and tells it when the
-next scheduled one will be due, so an idle worker neither polls nor misses anything. A resumed
-queue wakes it too; a paused one is reported, so the worker gives back what it prefetched of it
-(the claim itself skips paused queues, so a missed pause notification costs nothing else).
+next scheduled one will be due, so an idle worker starts a job milliseconds after it is
+enqueued or due, without claiming in a loop. A resumed queue wakes it too; a paused one is
+reported, so the worker gives back what it prefetched of it (the claim itself skips paused
+queues).
 
 Notifications on a live connection are not lost, but nothing announced while nobody listened
 is ever heard: jobs scheduled before the worker started, and whatever became pending, was
