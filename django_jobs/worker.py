@@ -314,9 +314,11 @@ class Worker:
         self._due: list[float] = []
         # What the worker reads rather than hears (see _look_ahead): wanted at the first turn
         # (what was scheduled before this worker started was announced to nobody) and after
-        # every (re)connection of the listener; main thread only.
+        # every (re)connection of the listener; main thread only. A worker that drains and
+        # exits (burst) waits for nothing scheduled: it reads only the pauses it cannot hear.
         self._outlook_wanted = threading.Event()
-        self._outlook_wanted.set()
+        if not burst:
+            self._outlook_wanted.set()
         self._outlook_at = 0.0  # monotonic time of the last read
         self._outlook_due: float | None = None  # when the next job it found is due (monotonic)
         self._held_by_queue: collections.Counter[str] = collections.Counter()  # under _lock
@@ -551,8 +553,10 @@ class Worker:
         now = self._outlook_at = time.monotonic()
         due_later = seen.due_in is not None and seen.due_in > 0
         # Due now but not claimed: the next periodic check claims it; no timer, or a job that
-        # stays unclaimable (its row locked by a long transaction) would spin this loop.
-        self._outlook_due = now + seen.due_in + _DUE_MARGIN if seen.due_in is not None and due_later else None
+        # stays unclaimable (its row locked by a long transaction) would spin this loop. A burst
+        # worker exits once nothing is claimable: it sets no timer for a job due later.
+        timer = seen.due_in is not None and due_later and not self.burst
+        self._outlook_due = now + seen.due_in + _DUE_MARGIN if seen.due_in is not None and timer else None
         if seen.paused:
             with self._lock:
                 self._paused |= seen.paused
