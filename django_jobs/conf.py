@@ -11,8 +11,10 @@ Every key, its default and its meaning. Durations are seconds; floats are allowe
     Workers LISTEN for new jobs and start them within milliseconds. False: polling only (every
     ``POLL_INTERVAL``), for PgBouncer in transaction mode, which cannot hold a LISTEN.
 ``POLL_INTERVAL`` (1.0)
-    How often a worker looks for claimable jobs when nothing wakes it: always with
-    ``NOTIFY = False``, else only while its listening connection is down.
+    How often a worker looks for jobs when nothing wakes it. With ``NOTIFY = False``, or while
+    its listening connection is down, it claims; an idle listening worker reads instead when
+    the next job it could claim is due and which queues are paused (one indexed read), so a job
+    it never heard of is late by at most this long, and a scheduled one starts when due.
 ``BATCH_SIZE`` (100)
     Most jobs one claim statement takes. A worker claims beyond its free execution slots only
     while jobs are short (see ``PREFETCH_SECONDS``), so long jobs are never hoarded; with short

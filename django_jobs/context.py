@@ -89,6 +89,30 @@ class Lease:
         self.started = time.monotonic()
 
     @property
+    def held_until(self) -> float:
+        """Monotonic time until which the database surely holds the lease of an execution that
+        has not started (nothing extends it: see ``beat_due``).
+
+        The claim set the lease to the database's ``now()`` + ``duration``, and that ``now()``
+        is the start of the claim's transaction, which came after ``claimed`` (read before the
+        claim was sent): so the lease lasts at least until ``claimed + duration`` on this clock,
+        however far this machine's wall clock is from the database's.
+        """
+        return self.claimed + self.duration
+
+    def may_start(self, now: float) -> bool:
+        """Whether a slot may start this execution at ``now``: at least half its lease is left.
+
+        A lease that lapsed while the job waited in the buffer may have been taken back by the
+        reaper and handed to another worker: starting it would run the job twice (the stale
+        execution's writes are fenced, its external effects are not). Half, not merely some:
+        the heartbeat renews a running lease every half lease at most, so a job started with
+        half its lease left has the same time ahead for its first beat as a running one has
+        between two beats.
+        """
+        return now <= self.held_until - self.duration / 2
+
+    @property
     def deadline(self) -> float | None:
         """Monotonic deadline of the handler, or None without a timeout or before the start."""
         if self.timeout is None or self.started is None:

@@ -3,14 +3,21 @@
 Triggers on the job table (migration 0005) notify whenever a job becomes pending: the payload
 is its queue, followed by the seconds until it is due when it is not due yet. The listener
 wakes the worker's claim loop for a job due now in a queue it serves, and tells it when the
-next scheduled one will be due, so an idle worker neither polls nor misses anything. A resumed
-queue wakes it too; a paused one is reported, so the worker gives back what it prefetched of it
-(the claim itself skips paused queues, so a missed pause notification costs nothing else).
+next scheduled one will be due, so an idle worker starts a job milliseconds after it is
+enqueued or due, without claiming in a loop. A resumed queue wakes it too; a paused one is
+reported, so the worker gives back what it prefetched of it (the claim itself skips paused
+queues).
 
-Notifications on a live connection are not lost; a connection that dies is reconnected with a
-back-off, LISTENs again, and the worker claims at once (what was enqueued meanwhile was never
-heard). While the listener is down the worker polls every ``POLL_INTERVAL``, so a job waits at
-most that long whatever happens to the connection.
+Notifications on a live connection are not lost, but nothing announced while nobody listened
+is ever heard: jobs scheduled before the worker started, and whatever became pending, was
+scheduled or was paused while the connection was down. So the listener is never the only
+source: at each (re)connection the worker claims at once and reads its *outlook* from the
+database (the next due time among the jobs it could claim, and the paused queues; one cheap
+indexed read, ``transitions.outlook``), and an idle worker reads it again every
+``POLL_INTERVAL``. A connection that dies is reconnected with a back-off; while it is down the
+worker polls every ``POLL_INTERVAL``, and reads the paused queues as often while it holds
+prefetched jobs. So a job waits at most ``POLL_INTERVAL`` whatever happens to the connection,
+and a scheduled job the worker could not hear of starts when it is due.
 
 ``DJANGO_JOBS["NOTIFY"] = False`` turns this off (polling only): LISTEN needs a session of its
 own, which PgBouncer in transaction mode cannot give.
@@ -53,12 +60,14 @@ class Listener(threading.Thread):
         due_in: Callable[[float], None],
         stop: threading.Event,
         paused: Callable[[str], None] | None = None,
+        connected: Callable[[], None] | None = None,
     ) -> None:
         super().__init__(name="django_jobs-listener", daemon=True)
         self._queues = frozenset(queues)
         self._wake = wake
         self._due_in = due_in
         self._paused = paused
+        self._connected = connected or wake
         self._stop_event = stop
         #: Set while LISTEN is in place on a live connection: the worker may then stop polling.
         self.listening = threading.Event()
@@ -72,7 +81,7 @@ class Listener(threading.Thread):
                     conn.execute(f"LISTEN {CHANNEL}")
                     self.listening.set()
                     wait = _RECONNECT_FIRST
-                    self._wake()  # what became pending while nobody listened was never heard
+                    self._connected()  # what was announced while nobody listened was never heard
                     self._listen(conn)
             except psycopg.Error as exc:
                 if self._stop_event.is_set():

@@ -211,6 +211,23 @@ class ExecutorPool:
         self._threads[slot] = thread
         thread.start()
 
+    def _give_back_lapsing(self, held: Held) -> None:
+        """Give back, unstarted, a buffered job whose lease is lapsing (see ``Lease.may_start``).
+
+        The check is made here, by the slot, at the moment it would start the job, because the
+        main thread gives back overdue buffered jobs only when it turns, and a slot that frees
+        up in between would otherwise start a job another worker may own by now. Checking the
+        lease that the claim itself returned costs no statement; extending the leases of
+        buffered jobs with the heartbeat would cost a write per job and let a worker whose
+        slots are stuck hoard them. The release is a guarded write: if the reaper took the job
+        back already, it changes nothing.
+        """
+        logger.info(
+            "giving back a prefetched job whose lease is lapsing id=%s execution=%s",
+            held.claim.id, held.claim.execution_id, extra=logs.lease_fields(held.lease),
+        )  # fmt: skip
+        self._on_finished(Finished(held.claim, Happened.NOT_STARTED))
+
     def _slot_loop(self, slot: int) -> None:
         me = threading.current_thread()
         try:
@@ -221,8 +238,13 @@ class ExecutorPool:
                     if self._stopping or not self._buffer or self._threads.get(slot) is not me:
                         return
                     held = self._buffer.popleft()
-                    self._running[held.claim.execution_id] = held
-                    self._slot_of[held.claim.execution_id] = slot
+                    startable = held.lease.may_start(time.monotonic())
+                    if startable:
+                        self._running[held.claim.execution_id] = held
+                        self._slot_of[held.claim.execution_id] = slot
+                if not startable:
+                    self._give_back_lapsing(held)
+                    continue
                 try:
                     finished = self._run(slot, held)
                 except BaseException as exc:  # execute() never raises; if it did, the slot lives on

@@ -74,9 +74,6 @@ EXIT_MARGIN = 2.0
 POOLS = ("thread", "process")
 #: A busy worker logs what it did this often (seconds).
 SUMMARY_INTERVAL = 60.0
-#: An idle worker whose listener is up claims on notifications and at the due time of the
-#: next scheduled job; it also looks this often, in case a notification never came.
-IDLE_CHECK = 60.0
 #: A timer for a scheduled job fires this long after the job is due (the database's clock
 #: decides, and the notification left before its commit).
 _DUE_MARGIN = 0.005
@@ -90,8 +87,16 @@ _FINAL = ("completed", "failed", "skipped", "cancelled", "needs_review")
 _SUMMARY_ORDER = ("completed", "pending", "failed", "needs_review", "skipped", "cancelled")
 
 
-def lease_for(claim: Claim, job_type: JobType, worker_id: str | None = None) -> Lease:
-    """The lease of a claimed execution, on its type's terms, held by worker ``worker_id``."""
+def lease_for(
+    claim: Claim, job_type: JobType, worker_id: str | None = None, sent_at: float | None = None
+) -> Lease:
+    """The lease of a claimed execution, on its type's terms, held by worker ``worker_id``.
+
+    ``sent_at`` is the monotonic time just before the claim was sent: the database's lease
+    started after it, so a lease counted from it never outlasts the database's (see
+    ``Lease.held_until``).
+    """
+    claimed = time.monotonic() if sent_at is None else sent_at
     return Lease(
         claim.id,
         claim.execution_id,
@@ -99,6 +104,8 @@ def lease_for(claim: Claim, job_type: JobType, worker_id: str | None = None) -> 
         beats=job_type.heartbeat,
         timeout=job_type.timeout,
         counted=claim.counted,
+        claimed=claimed,
+        last_beat=claimed,
         claimed_db=claim.claimed_at,
         claim=claim,
         worker_id=worker_id,
@@ -242,9 +249,11 @@ class Worker:
         )
         self._rate_windows_open = not self._statement.rate_limited
 
-        # How long a prefetched job may wait for a slot before it is given back: well within
-        # the shortest lease (a buffered job's lease is not extended), and long enough that a
-        # brief stall does not throw a prefetch away.
+        # How long a prefetched job may wait for a slot before the main thread gives it back:
+        # within the shortest lease (a buffered job's lease is not extended), and long enough
+        # that a brief stall does not throw a prefetch away. A slot also refuses, by itself, a
+        # job with less than half its lease left (Lease.may_start): this wait may be longer
+        # than that with short leases, and the main thread looks only when it turns.
         shortest_lease = min([t.lease for t in self.job_types.values()] or [jobs_settings.LEASE_TIMEOUT])
         self._buffer_wait = max(10 * jobs_settings.PREFETCH_SECONDS, min(5.0, shortest_lease / 3))
         self._lock = threading.Lock()
@@ -303,6 +312,15 @@ class Worker:
         self._summarised: collections.Counter[str] = collections.Counter()
         # When the scheduled jobs the listener heard of are due (monotonic), earliest first.
         self._due: list[float] = []
+        # What the worker reads rather than hears (see _look_ahead): wanted at the first turn
+        # (what was scheduled before this worker started was announced to nobody) and after
+        # every (re)connection of the listener; main thread only. A worker that drains and
+        # exits (burst) waits for nothing scheduled: it reads only the pauses it cannot hear.
+        self._outlook_wanted = threading.Event()
+        if not burst:
+            self._outlook_wanted.set()
+        self._outlook_at = 0.0  # monotonic time of the last read
+        self._outlook_due: float | None = None  # when the next job it found is due (monotonic)
         self._held_by_queue: collections.Counter[str] = collections.Counter()  # under _lock
         self._turn = 0  # which served queue comes first in the next claim
         # Queues the listener heard paused, whose prefetched jobs are to be given back.
@@ -315,6 +333,7 @@ class Worker:
                 due_in=self._note_due,
                 stop=self._stopping,
                 paused=self._note_paused,
+                connected=self._listener_connected,
             )
             if jobs_settings.NOTIFY and not (burst or until_settled)
             else None
@@ -399,7 +418,7 @@ class Worker:
                 self._give_back_paused()
                 # A turn that only looks at the signals (see below) claims nothing.
                 looked = woken or time.monotonic() >= claim_at
-                claimed = self._claim_if_room() if looked else 0
+                claimed = self._claim_and_look(woken) if looked else 0
                 db_retry = _DB_RETRY_FIRST
             except DATABASE_UNAVAILABLE as exc:
                 self.liveness.database_lost()
@@ -435,13 +454,12 @@ class Worker:
 
     def _idle_wait(self, held: bool) -> float:
         now = time.monotonic()
-        if held or self._listener is None or not self._listener.listening.is_set():
-            # Held jobs need their buffer and slots looked after (the writer wakes this thread
-            # once the last outcome is written); without a listener, polling is how new jobs
-            # are found.
-            wait = jobs_settings.POLL_INTERVAL
-        else:
-            wait = IDLE_CHECK
+        # Held jobs need their buffer and slots looked after (the writer wakes this thread once
+        # the last outcome is written); without a listener, polling is how new jobs are found;
+        # with one, an idle worker reads its outlook this often (see _claim_and_look).
+        wait = jobs_settings.POLL_INTERVAL
+        if self._outlook_due is not None:
+            wait = min(wait, max(0.0, self._outlook_due - now))
         with self._lock:
             while self._due and self._due[0] <= now:
                 heapq.heappop(self._due)  # this turn's claim took what was due
@@ -459,10 +477,91 @@ class Worker:
         with self._lock:
             heapq.heappush(self._due, due)
             if len(self._due) > _MAX_TIMERS:
-                # Forget the latest: IDLE_CHECK finds them. Keeping every due time of a huge
+                # Forget the latest: the outlook finds them. Keeping every due time of a huge
                 # schedule would cost memory for nothing.
                 self._due = heapq.nsmallest(_MAX_TIMERS // 2, self._due)
         self._wake.set()
+
+    def _listener_connected(self) -> None:
+        """The listener (re)connected: what was announced while nobody listened was never heard,
+        so claim now and read the outlook (due times, pauses) at this turn."""
+        self._outlook_wanted.set()
+        self._wake.set()
+
+    def _claim_and_look(self, woken: bool) -> int:
+        """Claim, and read the outlook when it may know what no notification told; returns how
+        many jobs were claimed.
+
+        The periodic check of an idle listening worker (every ``POLL_INTERVAL``, when nothing
+        woke it and no timer is due) reads the outlook instead of claiming, and claims only if
+        a job is due now: an empty claim scans every claim-index entry of jobs not due yet,
+        the outlook a few entries (see ``transitions.execution._OUTLOOK``).
+        """
+        now = time.monotonic()
+        timer_fired = self._outlook_timer_fired(now)
+        periodic_check = not (woken or timer_fired or self._heard_due(now)) and self._idle_listening()
+        if periodic_check and not self._look_ahead():
+            return 0
+        claimed = self._claim_if_room()
+        # After a timer of the outlook, look past the job it was set for.
+        if timer_fired or self._outlook_wanted.is_set() or self._pauses_unheard(now):
+            self._look_ahead()
+        return claimed
+
+    def _outlook_timer_fired(self, now: float) -> bool:
+        """Whether the job the last outlook found is due now (the timer is spent)."""
+        if self._outlook_due is None or self._outlook_due > now:
+            return False
+        self._outlook_due = None
+        return True
+
+    def _heard_due(self, now: float) -> bool:
+        """Whether a scheduled job the listener heard of is due now."""
+        with self._lock:
+            return bool(self._due) and self._due[0] <= now
+
+    def _idle_listening(self) -> bool:
+        """Listening, and holding nothing: no job buffered, running or waiting to be written."""
+        if self._listener is None or not self._listener.listening.is_set():
+            return False
+        buffered, running, _ = self._pool.counts()
+        with self._lock:
+            unwritten = bool(self._finished or self._writing)
+        return not (buffered or running or unwritten)
+
+    def _pauses_unheard(self, now: float) -> bool:
+        """Whether prefetched jobs may belong to a queue paused since, with nobody listening for
+        pauses (``NOTIFY`` off, or the listener down): read the paused set every POLL_INTERVAL."""
+        if self._listener is not None and self._listener.listening.is_set():
+            return False
+        if now - self._outlook_at < jobs_settings.POLL_INTERVAL:
+            return False
+        buffered, _, _ = self._pool.counts()
+        return buffered > 0
+
+    def _look_ahead(self) -> bool:
+        """Read the outlook: set a timer for the next job due, give back what was prefetched of
+        paused queues. Returns whether a job is due now (one the last claim did not get: it
+        became due since, or another worker was claiming it)."""
+        # Cleared before the read: a reconnection of the listener during it asks for another.
+        self._outlook_wanted.clear()
+        try:
+            seen = transitions.outlook(self._statement)
+        except BaseException:
+            self._outlook_wanted.set()  # read it once the database answers again
+            raise
+        now = self._outlook_at = time.monotonic()
+        due_later = seen.due_in is not None and seen.due_in > 0
+        # Due now but not claimed: the next periodic check claims it; no timer, or a job that
+        # stays unclaimable (its row locked by a long transaction) would spin this loop. A burst
+        # worker exits once nothing is claimable: it sets no timer for a job due later.
+        timer = seen.due_in is not None and due_later and not self.burst
+        self._outlook_due = now + seen.due_in + _DUE_MARGIN if seen.due_in is not None and timer else None
+        if seen.paused:
+            with self._lock:
+                self._paused |= seen.paused
+            self._give_back_paused()
+        return seen.due_in is not None and not due_later
 
     def _note_paused(self, queue: str) -> None:
         """The listener heard that ``queue`` was paused: its next claims skip it already."""
@@ -525,7 +624,7 @@ class Worker:
             limit = min(limit, sum(rooms))
             if not limit:
                 return 0
-        started = time.perf_counter()
+        sent_at, started = time.monotonic(), time.perf_counter()
         self._turn += 1
         claims = transitions.claim(
             self._statement, limit, start_now=max(0, idle - buffered), rooms=rooms, turn=self._turn
@@ -542,11 +641,11 @@ class Worker:
         if self.queue_slots is not None:
             with self._lock:
                 self._held_by_queue.update(c.queue for c in claims)
-        self._pool.submit([Held(c, self._lease_for(c)) for c in claims])
+        self._pool.submit([Held(c, self._lease_for(c, sent_at)) for c in claims])
         return len(claims)
 
-    def _lease_for(self, claim: Claim) -> Lease:
-        return lease_for(claim, self.job_types[claim.type], self.worker_id)
+    def _lease_for(self, claim: Claim, sent_at: float | None = None) -> Lease:
+        return lease_for(claim, self.job_types[claim.type], self.worker_id, sent_at)
 
     def _claim_target(self) -> int:
         """How many jobs to hold: one per live slot, plus what the slots that should free up

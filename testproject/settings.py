@@ -98,6 +98,10 @@ TASKS = {
 if env("DJANGO_JOBS_COMPLETED_RETENTION", default=None) is not None:
     DJANGO_JOBS["RETENTION"] = {"completed": env.float("DJANGO_JOBS_COMPLETED_RETENTION")}
 
+# The prefetch tests widen the buffer's patience (10 × PREFETCH_SECONDS) past a short lease.
+if env("DJANGO_JOBS_PREFETCH_SECONDS", default=None) is not None:
+    DJANGO_JOBS["PREFETCH_SECONDS"] = env.float("DJANGO_JOBS_PREFETCH_SECONDS")
+
 if env("DJANGO_JOBS_NOTIFY", default=None) is not None:
     DJANGO_JOBS["NOTIFY"] = env.bool("DJANGO_JOBS_NOTIFY")
 

@@ -87,8 +87,9 @@ _NOT_PAUSED = f" AND queue NOT IN ({_PAUSED_QUEUES})"
 # per-type bound: it is a condition on a key of the claim indexes, so jobs of a payload version
 # newer than any this worker reads (a rolling deploy's backlog) are passed over in the index,
 # without reading their rows; the per-type test after it reads only the rows that pass.
+_DUE_NOW = " AND available_at <= now()"
 _CLAIM_FILTER = (
-    "status = 'pending' AND available_at <= now() AND version <= %(newest)s AND type = ANY(%(types)s)"
+    f"status = 'pending'{_DUE_NOW} AND version <= %(newest)s AND type = ANY(%(types)s)"
     " AND version <= (%(versions)s::int[])[array_position(%(types)s::text[], type::text)]{oldest_filter}"
 ) + _NOT_PAUSED
 # Only when some type cannot read its oldest versions: an extra range test on version makes the
@@ -203,6 +204,57 @@ _ENSURE_RATE_WINDOWS = (
 )
 
 
+# ---- the outlook ----------------------------------------------------------------------------
+#
+# What an idle worker reads instead of trusting notifications alone (see listener.py): in how
+# many seconds the next job it could claim is due (NULL: none pending), and which queues are
+# paused. Its filter is the claim's without `available_at <= now()`, so jobs held back by a
+# key or a rate window, of a paused queue, or of a version it cannot read are left out: the
+# claim would pass them over too (a key or a window that frees up notifies).
+#
+# The claim indexes begin with the priority, so min(available_at) would read every pending
+# entry. Instead, a loose index scan: `level` walks the distinct priorities of pending jobs (one
+# index probe each; -100 … 100, in practice a handful), and for each, the first job in
+# available_at order that passes the filter is one more probe. The paused set is a read of the
+# tiny queue table.
+_OUTLOOK = """
+WITH RECURSIVE level(priority) AS (
+    (SELECT priority FROM django_jobs_job WHERE status = 'pending' ORDER BY priority DESC LIMIT 1)
+    UNION ALL
+    SELECT (SELECT j.priority FROM django_jobs_job j
+            WHERE j.status = 'pending' AND j.priority < level.priority ORDER BY j.priority DESC LIMIT 1)
+    FROM level WHERE level.priority IS NOT NULL
+)
+SELECT
+    (SELECT extract(epoch FROM min(first.available_at) - now())::float8 FROM level CROSS JOIN LATERAL (
+        SELECT available_at FROM django_jobs_job WHERE priority = level.priority AND {filter}
+        ORDER BY available_at LIMIT 1) first),
+    ARRAY(SELECT name::text FROM django_jobs_queue_state WHERE paused_at IS NOT NULL)
+"""
+_OF_QUEUES = " AND queue = ANY(%(queues)s::text[])"
+
+
+@dataclass(frozen=True, slots=True)
+class Outlook:
+    """What an idle worker learns by reading, not by listening."""
+
+    #: Seconds until the next job the worker could claim is due (0 or less: due now), or None
+    #: when none is pending.
+    due_in: float | None
+    #: The queues paused now (of any worker).
+    paused: frozenset[str]
+
+
+def outlook(statement: ClaimStatement) -> Outlook:
+    """Read the next due time among the jobs ``statement`` claims, and the paused queues."""
+    with bound_cursor(jobs_settings.DATABASE) as cursor:
+        cursor.execute(statement.outlook_sql, statement.outlook_params())
+        row = cursor.fetchone()
+    assert row is not None  # one row, always: a SELECT without FROM
+    due_in, paused = row
+    return Outlook(due_in, frozenset(paused))
+
+
 class ClaimStatement:
     """The claim of one worker: built once for its queues and the job types it knows.
 
@@ -234,6 +286,9 @@ class ClaimStatement:
         filters = (_OLDEST_FILTER if gaps else "") + _KEY_ROOM_FILTER + (_RATE_ROOM_FILTER if rates else "")
         template = template.replace("{oldest_filter}", filters).replace("{admit_keys}", _ADMIT_KEYS)
         template = template.replace("{admit_rates}", _ADMIT_RATES if rates else _NO_RATES)
+        waiting = _CLAIM_FILTER.replace(_DUE_NOW, "").replace("{oldest_filter}", filters)
+        #: The outlook of this worker (see ``_OUTLOOK``): the same filter, due now or later.
+        self.outlook_sql = _OUTLOOK.replace("{filter}", waiting + (_OF_QUEUES if queues else ""))
         # Per-type values travel as arrays aligned with `types`: the statement's text stays the
         # same size however many types a worker knows, so psycopg keeps its parsed form cached
         # (it caches statements up to 4 KiB; one CASE branch per type outgrew that).
@@ -253,6 +308,9 @@ class ClaimStatement:
             self._params["rate_types"] = self.rate_limited
             self._params["rate_counts"] = [rates[name].count for name in self.rate_limited]
             self._params["rate_seconds"] = [rates[name].seconds for name in self.rate_limited]
+
+    def outlook_params(self) -> dict[str, Any]:
+        return self._params
 
     def params(
         self, limit: int, start_now: int | None = None, rooms: Sequence[int] | None = None, turn: int = 0
