@@ -436,6 +436,8 @@ class Worker:
                 # A batch being written counts: a retry it writes may be claimable at once.
                 unwritten = bool(self._finished or self._writing)
             settled = looked and not buffered and not running and claimed == 0 and not unwritten
+            # A claim held back for an unanswered heartbeat says nothing about what is pending.
+            settled = settled and not self._holding_back
             if settled and time.monotonic() >= self._outage_until:
                 if self.burst:
                     self.stop_reason = "nothing left to claim (burst)"
