@@ -11,7 +11,13 @@ class DjangoJobsConfig(AppConfig):
     def ready(self) -> None:
         from django.utils.module_loading import autodiscover_modules
 
-        from django_jobs import checks  # noqa: F401  # registers the system checks
+        from django_jobs import (
+            checks,  # noqa: F401  # registers the system checks
+            connectivity,
+        )
+
+        # The worker's own threads bound their statements (connectivity.run_worker_statements).
+        connectivity.install()
 
         # Handlers register themselves with @job when their module is imported; importing
         # every installed app's jobs.py means web processes and workers know the same types.

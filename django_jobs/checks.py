@@ -89,6 +89,40 @@ def check_settings(app_configs: Sequence[AppConfig] | None = None, **kwargs: Any
             )
         )
     errors.extend(_check_health(user))
+    errors.extend(_check_connection_options(user))
+    return errors
+
+
+#: Connection options that None turns off (django_jobs/connectivity.py).
+_CONNECTION_DURATIONS = (
+    "CONNECT_TIMEOUT",
+    "TCP_KEEPALIVES_IDLE",
+    "TCP_KEEPALIVES_INTERVAL",
+    "TCP_USER_TIMEOUT",
+    "STATEMENT_TIMEOUT",
+)
+
+
+def _check_connection_options(user: dict[str, Any]) -> list[CheckMessage]:
+    """The options that bound how long a worker waits on a dead or stuck connection."""
+    errors: list[CheckMessage] = []
+    for key in _CONNECTION_DURATIONS:
+        value = user.get(key, DEFAULTS[key])
+        if value is not None and not _positive_number(value):
+            errors.append(
+                Error(
+                    f"DJANGO_JOBS[{key!r}] must be None (the libpq and kernel default) or a finite "
+                    "number > 0 (seconds).",
+                    id="django_jobs.E020",
+                )
+            )
+    count = user.get("TCP_KEEPALIVES_COUNT", DEFAULTS["TCP_KEEPALIVES_COUNT"])
+    if count is not None and (isinstance(count, bool) or not isinstance(count, int) or count <= 0):
+        errors.append(
+            Error(
+                "DJANGO_JOBS['TCP_KEEPALIVES_COUNT'] must be None or an integer > 0.", id="django_jobs.E021"
+            )
+        )
     return errors
 
 

@@ -88,6 +88,20 @@ Every key, its default and its meaning. Durations are seconds; floats are allowe
 ``LIVENESS_STUCK_LIMIT`` (None: ``HEARTBEAT_INTERVAL``, at least 5)
     An execution still running this long past its deadline counts as stuck (a thread the pool
     replaced counts at once); a worker with as many stuck executions as slots is not live.
+``CONNECT_TIMEOUT`` (5.0)
+    A worker process's connection attempt gives up after this long (libpq ``connect_timeout``,
+    whole seconds, at least 2) and is retried, instead of waiting out the kernel's SYN retries.
+``TCP_KEEPALIVES_IDLE`` (5.0), ``TCP_KEEPALIVES_INTERVAL`` (2.0), ``TCP_KEEPALIVES_COUNT`` (3)
+    A worker process's connections probe a silent peer after ``IDLE`` seconds, every
+    ``INTERVAL``, and give it up after ``COUNT`` unanswered probes (libpq ``keepalives_*``).
+``TCP_USER_TIMEOUT`` (10.0)
+    A worker process's connection whose sent data stays unacknowledged this long is closed
+    (libpq ``tcp_user_timeout``): a statement sent into a network cut fails within seconds.
+``STATEMENT_TIMEOUT`` (30.0)
+    Longest run of the worker's own statements (claim, heartbeat, outcomes, reaper, scheduler);
+    never applied to the connections handlers use. ``None`` for PgBouncer in transaction mode.
+    For each of these five, ``None`` leaves libpq's and the kernel's default, and a value in
+    ``DATABASES[...]["OPTIONS"]`` wins (see django_jobs/connectivity.py).
 ``RETENTION`` ({"completed": 7 days, "skipped": 7 days, "cancelled": 30 days, "failed": None})
     How long finished jobs are kept, per status; ``None`` keeps them forever.
 """
@@ -143,6 +157,12 @@ DEFAULTS: dict[str, Any] = {
     "LIVENESS_STALL_LIMIT": None,
     "LIVENESS_OUTAGE_LIMIT": None,
     "LIVENESS_STUCK_LIMIT": None,
+    "CONNECT_TIMEOUT": 5.0,
+    "TCP_KEEPALIVES_IDLE": 5.0,
+    "TCP_KEEPALIVES_INTERVAL": 2.0,
+    "TCP_KEEPALIVES_COUNT": 3,
+    "TCP_USER_TIMEOUT": 10.0,
+    "STATEMENT_TIMEOUT": 30.0,
     "RETENTION": {"completed": 7 * DAY, "skipped": 7 * DAY, "cancelled": 30 * DAY, "failed": None},
 }
 
@@ -286,6 +306,36 @@ class Settings:
     @property
     def LIVENESS_STUCK_LIMIT(self) -> float:
         return self._derived("LIVENESS_STUCK_LIMIT", max(5.0, self.HEARTBEAT_INTERVAL))
+
+    @property
+    def CONNECT_TIMEOUT(self) -> float | None:
+        return self._optional("CONNECT_TIMEOUT")
+
+    @property
+    def TCP_KEEPALIVES_IDLE(self) -> float | None:
+        return self._optional("TCP_KEEPALIVES_IDLE")
+
+    @property
+    def TCP_KEEPALIVES_INTERVAL(self) -> float | None:
+        return self._optional("TCP_KEEPALIVES_INTERVAL")
+
+    @property
+    def TCP_KEEPALIVES_COUNT(self) -> int | None:
+        value = self._get("TCP_KEEPALIVES_COUNT")
+        return None if value is None else int(value)
+
+    @property
+    def TCP_USER_TIMEOUT(self) -> float | None:
+        return self._optional("TCP_USER_TIMEOUT")
+
+    @property
+    def STATEMENT_TIMEOUT(self) -> float | None:
+        return self._optional("STATEMENT_TIMEOUT")
+
+    def _optional(self, name: str) -> float | None:
+        """A duration that ``None`` turns off."""
+        value = self._get(name)
+        return None if value is None else float(value)
 
     def _derived(self, name: str, default: float) -> float:
         """A limit that defaults to a value derived from other settings."""

@@ -25,7 +25,7 @@ from typing import Any, TypeVar
 
 from django.db import connections
 
-from django_jobs import logs, transitions
+from django_jobs import connectivity, logs, transitions
 from django_jobs.conf import jobs_settings
 from django_jobs.context import Lease
 from django_jobs.errors import DATABASE_UNAVAILABLE
@@ -51,6 +51,10 @@ class Heartbeat:
         self.last_turn = time.monotonic()
         #: Told whether each report reached the database (the worker's liveness listens).
         self.on_database: Callable[[bool], None] | None = None
+        # Since when (monotonic) the heartbeat has been asking the database without an answer:
+        # a statement in flight, or failed and not yet answered on a retry. None when answered.
+        self._unanswered_since: float | None = None
+        self._answered = 0  # statements answered, counted by this thread only
 
     def turned_at(self) -> float | None:
         """The last turn of the loop (monotonic), or None if its thread died: the liveness
@@ -60,6 +64,12 @@ class Heartbeat:
         if self._thread.ident is not None and not self._thread.is_alive():
             return None
         return self.last_turn
+
+    def unanswered_for(self, now: float) -> float:
+        """Seconds the heartbeat has been trying to reach the database without an answer (0
+        while its last statement was answered). Read from other threads: one attribute load."""
+        since = self._unanswered_since
+        return 0.0 if since is None else max(0.0, now - since)
 
     def start(self) -> None:
         self._thread.start()
@@ -103,6 +113,7 @@ class Heartbeat:
         if not due:
             return 0
         owned = transitions.heartbeat(beat for _, beat in due)
+        self._answered += 1
         for lease, beat in due:
             lease.record_beat(lease.job_id in owned, owned.get(lease.job_id, False), now, beat)
             if lease.job_id not in owned:
@@ -129,28 +140,40 @@ class Heartbeat:
                 continue
             try:
                 future.set_result(write())
+                self._answered += 1
             except BaseException as exc:  # handed to the handler that asked
                 if isinstance(exc, DATABASE_UNAVAILABLE):
                     connections[jobs_settings.DATABASE].close()
                 future.set_exception(exc)
 
+    def _turn(self) -> None:
+        """Run the side writes queued, beat for what is due and report the worker when due;
+        keep the account of when the database last answered (``unanswered_for``)."""
+        answered_before = self._answered
+        retrying = self._unanswered_since is not None  # the last turn's statement failed
+        if not retrying:
+            self._unanswered_since = time.monotonic()  # until this turn's statements return
+        self._side_writes()  # one stuck in a network cut holds the beats up as well
+        self.beat_once()
+        if self._report and time.monotonic() - self._last_report >= jobs_settings.HEARTBEAT_INTERVAL:
+            self._report()
+            self._answered += 1
+            self._last_report = time.monotonic()
+            if self.on_database is not None:
+                self.on_database(True)
+        if self._answered > answered_before or not retrying:
+            # Answered; or nothing was asked this turn, and nothing had failed before it.
+            self._unanswered_since = None
+
     def _run(self) -> None:
+        connectivity.run_worker_statements()
         try:
             while not self._stop.is_set():
                 self._wake.wait(self._tick())
                 self._wake.clear()
                 self.last_turn = time.monotonic()
-                self._side_writes()
                 try:
-                    self.beat_once()
-                    if (
-                        self._report
-                        and time.monotonic() - self._last_report >= jobs_settings.HEARTBEAT_INTERVAL
-                    ):
-                        self._report()
-                        self._last_report = time.monotonic()
-                        if self.on_database is not None:
-                            self.on_database(True)
+                    self._turn()
                 except DATABASE_UNAVAILABLE as exc:
                     if self.on_database is not None:
                         self.on_database(False)
@@ -158,9 +181,11 @@ class Heartbeat:
                     # it answers again, and a beat that comes too late is reported as lost.
                     logger.warning("heartbeat failed, retrying: %s", type(exc).__name__)
                     connections[jobs_settings.DATABASE].close()
+                    self._last_report = 0.0  # the next turn asks, even with no lease due
                 except Exception:
                     # A dead heartbeat thread would let every lease of this process expire.
                     logger.exception("heartbeat error, beating on")
+                    self._unanswered_since = None  # a bug of ours, not a database that is away
         finally:
             self._side_writes()  # nobody may wait forever on a write queued at the stop
             connections.close_all()

@@ -274,7 +274,10 @@ def child_main(conn: Connection, cancel: Any, lost: Any, parent_pid: int) -> Non
     import django
 
     django.setup()
+    from django_jobs import connectivity
     from django_jobs.executor import execute
+
+    connectivity.apply_connection_options()  # the worker's: a dead peer is noticed in seconds
     from django_jobs.heartbeat import Heartbeat
 
     # Side writes (heartbeat, progress, checkpoint) run on a thread with a connection of its

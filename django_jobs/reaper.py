@@ -43,7 +43,7 @@ from typing import Any
 from django.db import connections
 from django.db.models.functions import Now
 
-from django_jobs import consolelog, logs, signals, transitions
+from django_jobs import connectivity, consolelog, logs, signals, transitions
 from django_jobs.backoff import Random
 from django_jobs.conf import jobs_settings
 from django_jobs.decision import Happened, Situation, decide
@@ -357,6 +357,7 @@ class ReaperLoop(threading.Thread):
         self._behind = False
 
     def run(self) -> None:
+        connectivity.run_worker_statements()
         try:
             while True:
                 interval = self._interval or jobs_settings.REAPER_INTERVAL

@@ -24,7 +24,7 @@ from typing import Any
 
 from django.db import connections, transaction
 
-from django_jobs import logs, transitions
+from django_jobs import connectivity, logs, transitions
 from django_jobs.conf import jobs_settings
 from django_jobs.enqueueing import enqueue
 from django_jobs.errors import DATABASE_UNAVAILABLE
@@ -104,6 +104,7 @@ class SchedulerLoop(threading.Thread):
         self._now_read_at = time.monotonic()
 
     def run(self) -> None:
+        connectivity.run_worker_statements()
         try:
             while not self._stop_event.is_set():
                 try:

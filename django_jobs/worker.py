@@ -44,7 +44,7 @@ from django.conf import settings
 from django.db import Error as DatabaseError  # every database error, InterfaceError included
 from django.db import connections
 
-from django_jobs import logs, outcomes, signals, transitions
+from django_jobs import connectivity, logs, outcomes, signals, transitions
 from django_jobs.conf import jobs_settings
 from django_jobs.context import Lease
 from django_jobs.decision import Happened
@@ -128,6 +128,8 @@ class WorkerStats:
     lost: int = 0
     released: int = 0
     stuck: int = 0
+    #: Turns of the claim loop that claimed nothing because the heartbeat was unanswered.
+    held_back: int = 0
     first_claim_at: float | None = None
     last_outcome_at: float | None = None
 
@@ -172,6 +174,7 @@ class WorkerStats:
             "lost_leases": self.lost,
             "released": self.released,
             "stuck": self.stuck,
+            "held_back": self.held_back,
             "claims": self.claims,
             "claims_with_jobs": len(self.claim_seconds),
             "jobs_per_claim": round(self.claimed / len(timings), 1) if timings else 0,
@@ -256,6 +259,13 @@ class Worker:
         # than that with short leases, and the main thread looks only when it turns.
         shortest_lease = min([t.lease for t in self.job_types.values()] or [jobs_settings.LEASE_TIMEOUT])
         self._buffer_wait = max(10 * jobs_settings.PREFETCH_SECONDS, min(5.0, shortest_lease / 3))
+        # A heartbeat unanswered this long may have let the leases of this worker's jobs expire
+        # (and be taken back): a job started now could not keep its lease either. Types that
+        # do not beat live on their lease alone, whatever the heartbeat does.
+        self._unanswered_limit = min(
+            [t.lease for t in self.job_types.values() if t.heartbeat] or [jobs_settings.LEASE_TIMEOUT]
+        )
+        self._holding_back = False  # no job starts until the heartbeat is answered again
         self._lock = threading.Lock()
         self._finished: list[Finished] = []  # waiting for the outcome writer
         self._oldest_finished_at: float | None = None
@@ -343,6 +353,10 @@ class Worker:
 
     def run(self) -> int:
         """Work until stopped (or, with ``burst``, until nothing is claimable). Returns 0."""
+        with connectivity.worker_statements():  # the claim loop's connection: bounded statements
+            return self._work()
+
+    def _work(self) -> int:
         self._install_signal_handlers()
         self._pool.start()
         self._writer.start()
@@ -386,6 +400,12 @@ class Worker:
                 extra=logs.worker_fields(self.worker_id),
             )  # fmt: skip
 
+    @property
+    def holding_back(self) -> bool:
+        """Whether the worker starts no job now: its heartbeat has gone unanswered for as long
+        as the shortest lease (a network cut, a stuck connection)."""
+        return not self._may_start_jobs()
+
     def stop(self, abort: bool = False, reason: str = "asked to stop") -> None:
         """Ask the worker to stop claiming (and, with ``abort``, to stop waiting for its jobs)."""
         if self.stop_reason is None:
@@ -416,6 +436,7 @@ class Worker:
                     self._flush(force=False)  # the writer died of a bug of ours: write here
                 self._give_back_overdue()
                 self._give_back_paused()
+                self._give_back_unstartable()
                 # A turn that only looks at the signals (see below) claims nothing.
                 looked = woken or time.monotonic() >= claim_at
                 claimed = self._claim_and_look(woken) if looked else 0
@@ -434,6 +455,8 @@ class Worker:
                 # A batch being written counts: a retry it writes may be claimable at once.
                 unwritten = bool(self._finished or self._writing)
             settled = looked and not buffered and not running and claimed == 0 and not unwritten
+            # A claim held back for an unanswered heartbeat says nothing about what is pending.
+            settled = settled and not self._holding_back
             if settled and time.monotonic() >= self._outage_until:
                 if self.burst:
                     self.stop_reason = "nothing left to claim (burst)"
@@ -468,6 +491,8 @@ class Worker:
         # The loop's turns are its sign of life for the probes: an idle wait stays well within
         # the limit after which a loop that does not turn is presumed hung.
         wait = min(wait, self.liveness.limits.stall / 4)
+        if self._holding_back:
+            wait = min(wait, jobs_settings.POLL_INTERVAL)  # look again soon: the heartbeat may answer
         outage_left = self._outage_until - now
         return min(wait, outage_left) if outage_left > 0 else wait
 
@@ -607,6 +632,9 @@ class Worker:
     def _claim_if_room(self) -> int:
         if self._stopping.is_set() or time.monotonic() < self._outage_until:
             return 0
+        if not self._may_start_jobs():
+            self.stats.held_back += 1
+            return 0
         buffered, running, idle = self._pool.counts()
         target = self._claim_target()
         held = buffered + running
@@ -673,6 +701,44 @@ class Worker:
             self._give_back(overdue)
         self.stats.stuck += len(self._pool.replace_stuck())
 
+    def _may_start_jobs(self) -> bool:
+        """Whether the heartbeat reached the database within the shortest lease: if not, this
+        worker claims nothing and starts nothing until it does (see docs/workers.md).
+
+        A worker cut off from the database by a network fault whose heartbeat connection is
+        stuck would otherwise run jobs whose leases nobody extends: other workers (or its own
+        reaper) take them back, and they run twice.
+        """
+        unanswered = self._heartbeat.unanswered_for(time.monotonic())
+        holding_back = unanswered >= self._unanswered_limit
+        if holding_back != self._holding_back:
+            self._note_holding_back(holding_back, unanswered)
+        return not holding_back
+
+    def _note_holding_back(self, holding_back: bool, unanswered: float) -> None:
+        with self._lock:  # the claim loop and the slots ask: one of them says it
+            if holding_back == self._holding_back:
+                return
+            self._holding_back = holding_back
+        if holding_back:
+            logger.warning(
+                "heartbeat unanswered for %.1fs (the shortest lease is %gs): starting no job until "
+                "it gets through", unanswered, self._unanswered_limit,
+                extra=logs.worker_fields(self.worker_id),
+            )  # fmt: skip
+        else:
+            logger.info("heartbeat answered again: starting jobs", extra=logs.worker_fields(self.worker_id))
+            self._wake.set()
+
+    def _give_back_unstartable(self) -> None:
+        """While no job may start, what was prefetched goes back (or to the reaper, if the
+        database is away: its lease runs out, and it never ran)."""
+        if self._may_start_jobs():
+            return
+        held = self._pool.take_buffered()
+        if held:
+            self._give_back(held)
+
     def _give_back(self, held: list[Held]) -> None:
         """Release buffered jobs that never started: pending again at once, attempts untouched."""
         self._let_go([h.claim for h in held])
@@ -690,6 +756,7 @@ class Worker:
         """The outcome writer's thread: writes finished executions in batches until shutdown
         (which writes what is left), and waits out an unreachable database."""
         db_retry = _DB_RETRY_FIRST
+        connectivity.run_worker_statements()
         try:
             while not self._writer_done.is_set():
                 with self._lock:
@@ -777,6 +844,8 @@ class Worker:
     # ---- the pool's side (executor threads) -----------------------------------------------------
 
     def _execute(self, claim: Claim, lease: Lease) -> Finished:
+        if not self._may_start_jobs():
+            return Finished(claim, Happened.NOT_STARTED)  # given back unstarted, uncounted
         return execute(claim, lease, side_writer=self._heartbeat, on_start=self._started)
 
     def _started(self, claim: Claim) -> None:

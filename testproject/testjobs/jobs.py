@@ -180,6 +180,23 @@ def chaos(ctx: JobContext, payload: dict[str, Any]) -> None:
         pass  # an earlier execution already did it; completing is what is left to do
 
 
+@job("test.statement_timeout")
+def statement_timeout(ctx: JobContext, payload: dict[str, Any]) -> str:
+    """Returns the statement_timeout of the connection handlers use."""
+    with connection.cursor() as cursor:
+        cursor.execute("SHOW statement_timeout")
+        return str(cursor.fetchone()[0])
+
+
+@job("test.counted", backoff=FAST, max_attempts=50)
+def counted(ctx: JobContext, payload: dict[str, Any]) -> None:
+    """Counts its executions outside the database, a line each in the file payload["log"]:
+    a worker cut off from the database still counts what it ran."""
+    with open(payload["log"], "a") as log:
+        log.write(f"{ctx.job_id} {ctx.execution_id}\n")
+    time.sleep(payload.get("pause", 0.01))
+
+
 # ---- jobs for the idempotency tests -------------------------------------------------------------
 
 

@@ -70,11 +70,25 @@ def test_valid_retention_and_queue_pass() -> None:
         ({"LIVENESS_STALL_LIMIT": 0}, ["django_jobs.E031"]),
         ({"LIVENESS_OUTAGE_LIMIT": "60"}, ["django_jobs.E031"]),
         ({"LIVENESS_STUCK_LIMIT": float("inf")}, ["django_jobs.E031"]),
+        ({"TCP_USER_TIMEOUT": 0}, ["django_jobs.E020"]),  # libpq would read it as "off"
+        ({"STATEMENT_TIMEOUT": "30s"}, ["django_jobs.E020"]),
+        ({"CONNECT_TIMEOUT": -1}, ["django_jobs.E020"]),
+        ({"TCP_KEEPALIVES_COUNT": 2.5}, ["django_jobs.E021"]),
+        ({"TCP_KEEPALIVES_COUNT": True}, ["django_jobs.E021"]),
     ],
 )
 def test_invalid_settings_are_reported(value: object, expected: list[str]) -> None:
     with override_settings(DJANGO_JOBS=value):
         assert ids(check_settings()) == expected
+
+
+def test_connection_options_may_be_turned_off() -> None:
+    off = dict.fromkeys(
+        ("CONNECT_TIMEOUT", "TCP_KEEPALIVES_IDLE", "TCP_KEEPALIVES_INTERVAL", "TCP_KEEPALIVES_COUNT",
+         "TCP_USER_TIMEOUT", "STATEMENT_TIMEOUT"),
+    )  # fmt: skip
+    with override_settings(DJANGO_JOBS=off):
+        assert check_settings() == []
 
 
 def test_metrics_token_and_liveness_limits_pass_when_sound() -> None:

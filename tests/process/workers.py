@@ -8,7 +8,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -24,10 +24,11 @@ FAST_LEASES = {
 
 
 class WorkerProcess:
-    def __init__(self, env: dict[str, str], *args: str) -> None:
+    def __init__(self, env: dict[str, str], *args: str, prefix: Sequence[str] = ()) -> None:
+        """``prefix`` runs the worker through a command (``ip netns exec NAME``, say)."""
         self._log = tempfile.NamedTemporaryFile(prefix="runjobs-", suffix=".log", delete=False)  # noqa: SIM115
         self.process = subprocess.Popen(
-            [sys.executable, "manage.py", "runjobs", *args],
+            [*prefix, sys.executable, "manage.py", "runjobs", *args],
             cwd=ROOT,
             env={**FAST_LEASES, **env},  # the caller may override a setting
             stdout=self._log,

@@ -8,7 +8,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand
 
-from django_jobs import reaper
+from django_jobs import connectivity, reaper
 from django_jobs.management.commands.runjobs import non_negative_float
 from django_jobs.schema import require_migrated
 
@@ -29,6 +29,7 @@ class Command(BaseCommand):
         )  # fmt: skip
 
     def handle(self, *args: Any, **options: Any) -> None:
+        connectivity.apply_connection_options()  # a dead peer is noticed in seconds
         require_migrated()
         as_json = options["json"]
         if not options["loop"]:

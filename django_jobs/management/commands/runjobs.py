@@ -8,7 +8,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
 
-from django_jobs import logs, metrics
+from django_jobs import connectivity, logs, metrics
 from django_jobs.conf import jobs_settings
 from django_jobs.probes import HealthFile, ProbeError, ProbeServer
 from django_jobs.registry import QUEUE_RE, registry
@@ -177,6 +177,11 @@ class Command(BaseCommand):
             metavar="PATH",
             help="Write the worker's summary (counts, claim latency percentiles) as JSON on exit.",
         )
+
+    def execute(self, *args: Any, **options: Any) -> str | None:
+        # Before the migration check opens the first connection, which the claim loop keeps.
+        connectivity.apply_connection_options()
+        return super().execute(*args, **options)
 
     def handle(self, *args: Any, **options: Any) -> None:
         logs.install_console_handler(options["verbosity"])
