@@ -12,15 +12,13 @@ import pytest
 from django.contrib.admin.models import LogEntry
 from django.contrib.auth.models import User
 from django.core.management import CommandError, call_command
-from django.db import IntegrityError, connection
-from django.test.utils import CaptureQueriesContext
+from django.db import IntegrityError
 
 import django_jobs
 from django_jobs import ActionRefused, CancelResult, JobNotFound
 from django_jobs.models import Job, JobEvent
 from django_jobs.operations import default_actor
 from django_jobs.states import EventKind, JobStatus
-from tests.admin.test_console_fuzz import job_table_scans
 from tests.factories import JobFactory
 from tests.process.workers import ROOT
 
@@ -219,26 +217,6 @@ def test_jobs_list_filters_by_status_code_type_and_queue_newest_first() -> None:
     assert len(out.splitlines()) == 2 and '"status": "failed"' in out.splitlines()[0]
     _, err = jobs("list", "--code", "NEVER_SEEN")
     assert err == "no job matches\n"
-
-
-@pytest.mark.parametrize(
-    "filters",
-    [
-        [],
-        ["--status", "failed"],
-        ["--code", "AUTH_FAILED"],
-        ["--type", "test.noop"],
-        ["--queue", "emails"],
-        ["--status", "failed", "--code", "AUTH_FAILED", "--type", "test.noop", "--queue", "emails"],
-    ],
-)
-def test_jobs_list_reads_through_an_index_whatever_the_filters(filters: list[str]) -> None:
-    JobFactory.create_batch(3, failed=True, last_error_code="AUTH_FAILED", queue="emails")
-    with CaptureQueriesContext(connection) as queries:
-        jobs("list", *filters)
-    reads = [q for q in queries.captured_queries if "django_jobs_job" in q["sql"]]
-    assert len(reads) == 1 and "LIMIT 50" in reads[0]["sql"]
-    assert not list(job_table_scans(reads)), reads
 
 
 def test_jobs_explain_says_what_explainjob_says() -> None:
