@@ -11,8 +11,7 @@ outcome writer as ``runjobs --burst``).
 Left out, as they are about django-tasks-db itself, not about the backend contract:
 
 - ``DatabaseBackendTestCase``: ``test_task_name`` (a property of the reference's model, for its
-  admin); ``test_priority_range_check`` (the reference model's constraint, written through its
-  model); ``test_run_after_null_0016_migration`` (a value one of its migrations wrote);
+  admin); ``test_run_after_null_0016_migration`` (a value one of its migrations wrote);
   ``test_custom_id_function``, ``test_unknown_id_function``, ``test_postgres_db_id_function``,
   ``test_postgres_id_function_expression`` (its ``id_function`` option: a result's id here is
   its job's primary key).
@@ -33,22 +32,31 @@ Left out, as they are about django-tasks-db itself, not about the backend contra
 - ``ConnectionExclusiveTranscationTestCase`` (SQLite's exclusive transactions).
 - ``DatabaseBackendPruneTaskResultsTestCase``, all 13 tests (its ``prune_db_task_results``
   command; retention here is the reaper's, ``tests/db``).
-- ``DatabaseWorkerProcessTestCase``, all 9 tests (its ``db_worker`` process: a ``runjobs``
-  process imports the tasks of installed apps, and this module is none; SIGTERM, SIGINT,
-  SIGKILL, several workers and tasks that raise ``SystemExit`` are tested on real ``runjobs``
-  processes in ``tests/process``; its ``test_kill`` asserts the reference's known gap, a
-  killed worker's task left ``RUNNING`` for ever, which the reaper here closes).
+- ``DatabaseWorkerProcessTestCase``: ``test_interrupt_no_tasks``, ``test_interrupt_signals``,
+  ``test_repeat_ctrl_c``, ``test_kill`` (how its ``db_worker`` process answers SIGINT, SIGTERM
+  and SIGKILL; ``runjobs``' answers are tested on real processes in ``tests/process``. Its
+  ``test_kill`` asserts the reference's known gap, a killed worker's task left ``RUNNING`` for
+  ever, which the reaper here closes). Its ``test_system_exit_task`` and
+  ``test_keyboard_interrupt_task`` are about what the task raises, so they run on the burst
+  worker of ``DatabaseBackendWorkerTestCase``.
 - ``CompatTestCase`` (its compat module), ``DBTaskResultOrderingTestCase`` (its model's default
   ordering; the claim order is ``test_run_after_priority`` below), ``AdminTestCase`` (its admin).
 """
 import contextlib
 import logging
+import os
+import subprocess
+import sys
 import uuid
 from collections.abc import Iterator, Sequence
 from datetime import timedelta
+from pathlib import Path
 from typing import Any, cast
 
+import pytest
+from django.conf import settings
 from django.db import connection, connections, transaction
+from django.db.utils import IntegrityError
 from django.db.models import QuerySet
 from django.db.models.functions import Now
 from django.test import TransactionTestCase, override_settings
@@ -324,6 +332,36 @@ class DatabaseBackendTestCase(TransactionTestCase):
         self.assertEqual(len(errors), 1)
         # Adapted (django_jobs): the app this backend needs is django_jobs.
         self.assertIn("django_jobs", errors[0].hint)
+
+    # Adapted (django_jobs): the job table's constraint, written through its model; a job row
+    # needs a type, a queue and a payload where the reference's needs a path and a backend.
+    def test_priority_range_check(self) -> None:
+        with self.assertRaises(IntegrityError):
+            DBTaskResult.objects.create(
+                type="", queue="default", priority=-101, payload={}
+            )
+
+        with self.assertRaises(IntegrityError):
+            DBTaskResult.objects.create(
+                type="", queue="default", priority=101, payload={}
+            )
+
+        # Django accepts the float, but only stores an int
+        result = DBTaskResult.objects.create(
+            type="", queue="default", priority=3.1, payload={}
+        )
+        result.refresh_from_db()
+        self.assertEqual(result.priority, 3)
+
+        DBTaskResult.objects.create(
+            type="", queue="default", priority=100, payload={}
+        )
+        DBTaskResult.objects.create(
+            type="", queue="default", priority=-100, payload={}
+        )
+        DBTaskResult.objects.create(
+            type="", queue="default", priority=0, payload={}
+        )
 
     # Adapted (django_jobs): the class's TASKS setting is JobsBackend's already.
     def test_doesnt_wait_until_transaction_commit(self) -> None:
@@ -687,6 +725,27 @@ class DatabaseBackendWorkerTestCase(TransactionTestCase):
         result.refresh()
         self.assertEqual(result.status, TaskResultStatus.FAILED)
 
+    # Adapted (django_jobs): from DatabaseWorkerProcessTestCase, whose worker is a process;
+    # here the burst worker runs in this one, and the task's SystemExit is its outcome.
+    def test_system_exit_task(self) -> None:
+        result = test_tasks.failing_task_system_exit.enqueue()
+
+        self.run_worker()
+
+        result.refresh()
+        self.assertEqual(result.status, TaskResultStatus.FAILED)
+        self.assertEqual(result.errors[0].exception_class, SystemExit)
+
+    # Adapted (django_jobs): as test_system_exit_task.
+    def test_keyboard_interrupt_task(self) -> None:
+        result = test_tasks.failing_task_keyboard_interrupt.enqueue()
+
+        self.run_worker()
+
+        result.refresh()
+        self.assertEqual(result.status, TaskResultStatus.FAILED)
+        self.assertEqual(result.errors[0].exception_class, KeyboardInterrupt)
+
     def test_worker_with_locked_rows(self) -> None:
         result_1 = test_tasks.noop_task.enqueue()
         new_connection = connections.create_connection("default")
@@ -782,3 +841,77 @@ class DatabaseTaskResultTestCase(TransactionTestCase):
             len(self.execute_in_new_connection(DBTaskResult.objects.all())),
             2,
         )
+
+
+# Adapted (django_jobs): a `runjobs` process imports the tasks modules of installed apps, and
+# this module is none: the process imports it, then runs `runjobs --burst`.
+WORKER_PROGRAM = (
+    "import django; django.setup(); "
+    "import tests.upstream.tasks_db.tasks; "
+    "from django.core.management import call_command; "
+    "call_command('runjobs', '--burst')"
+)
+
+
+# Adapted (django_jobs): the project's TASKS setting, as the worker processes have it.
+@pytest.mark.slow
+class DatabaseWorkerProcessTestCase(TransactionTestCase):
+    def setUp(self) -> None:
+        self.processes: list[subprocess.Popen] = []
+
+    def tearDown(self) -> None:
+        # Adapted (django_jobs): a process still running is killed once and waited for.
+        for process in self.processes:
+            if process.poll() is None:
+                process.kill()
+            process.communicate(timeout=10)
+
+    # Adapted (django_jobs): `runjobs --burst` on the test database, in the project's directory.
+    def start_worker(self) -> subprocess.Popen:
+        db = settings.DATABASES["default"]
+        database_url = f"postgres://{db['USER']}@{db['HOST']}:{db['PORT']}/{db['NAME']}"
+        p = subprocess.Popen(
+            [sys.executable, "-c", WORKER_PROGRAM],
+            cwd=Path(__file__).resolve().parents[3],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, "DATABASE_URL": database_url, "DJANGO_SETTINGS_MODULE": "testproject.settings"},
+            text=True,
+        )
+        self.processes.append(p)
+        return p
+
+    def test_run_subprocess(self) -> None:
+        result = test_tasks.noop_task.enqueue()
+        process = self.start_worker()
+        # Adapted (django_jobs): a deadline for a process's start on a loaded machine.
+        output, _ = process.communicate(timeout=60)
+        self.assertEqual(process.returncode, 0, output)
+
+        self.assertEqual(result.status, TaskResultStatus.READY)
+
+        result.refresh()
+
+        self.assertEqual(result.status, TaskResultStatus.SUCCESSFUL)
+
+    def test_multiple_workers(self) -> None:
+        results = [test_tasks.sleep_for.enqueue(0.1) for _ in range(10)]
+
+        for _ in range(3):
+            self.start_worker()
+
+        # Adapted (django_jobs): burst workers exit by themselves once nothing is claimable;
+        # the test waits for that, with a deadline, instead of sleeping a start-up time.
+        for process in self.processes:
+            output, _ = process.communicate(timeout=60)
+            self.assertEqual(process.returncode, 0, output)
+
+        for result in results:
+            result.refresh()
+            self.assertEqual(result.status, TaskResultStatus.SUCCESSFUL)
+
+        # Adapted (django_jobs): the reference counts each id in its workers' verbose logs
+        # (once running, once successful); here each task ran exactly once, by one worker.
+        for result in results:
+            self.assertEqual(result.attempts, 1)
+            self.assertEqual(len(result.worker_ids), 1)
