@@ -2,13 +2,15 @@
 # Retargeted at django_jobs' JobsBackend; every change is marked "Adapted (django_jobs)".
 """django-tasks-db's tests of its database backend, run against ``JobsBackend``.
 
-Vendored: the tests of the backend contract, from ``DatabaseBackendTestCase``,
-``DatabaseBackendWorkerTestCase`` and ``DatabaseTaskResultTestCase``. The reference's table
-(``DBTaskResult``) is ``django_jobs.models.Job`` here; its worker (``db_worker --batch``) is a
-burst worker run in this process (``django_jobs.testing.run_jobs``: the same claim, executor and
-outcome writer as ``runjobs --burst``).
+Of the suite's 95 tests, 44 are vendored: the tests of the backend contract, from
+``DatabaseBackendTestCase``, ``DatabaseBackendWorkerTestCase``, ``DatabaseTaskResultTestCase``
+and ``DatabaseWorkerProcessTestCase``. The reference's table (``DBTaskResult``) is
+``django_jobs.models.Job`` here; its worker (``db_worker --batch``) is a burst worker run in
+this process (``django_jobs.testing.run_jobs``: the same claim, executor and outcome writer as
+``runjobs --burst``), or a real ``runjobs --burst`` process in the process tests.
 
-Left out, as they are about django-tasks-db itself, not about the backend contract:
+The other 51 are left out, as they are about django-tasks-db itself, not about the backend
+contract:
 
 - ``DatabaseBackendTestCase``: ``test_task_name`` (a property of the reference's model, for its
   admin); ``test_run_after_null_0016_migration`` (a value one of its migrations wrote);
@@ -23,18 +25,19 @@ Left out, as they are about django-tasks-db itself, not about the backend contra
   ``test_fractional_interval``, ``test_zero_interval``, ``test_negative_max_tasks``,
   ``test_zero_max_tasks``, ``test_too_long_worker_id``, ``test_empty_worker_id``,
   ``test_max_tasks``, ``test_verbose_logging`` (the options and output of its ``db_worker``
-  command; ``runjobs``' own are tested in ``tests/unit`` and ``tests/process``).
+  command; ``runjobs``' own are tested in ``tests/process/test_runjobs.py``).
 - ``DatabaseTaskResultTestCase``: ``test_locks_tasks``, ``test_locks_tasks_filtered``,
   ``test_lock_no_rows``, ``test_get_locked_with_locked_rows`` (its model manager's
   ``get_locked()``; the claim's ``SKIP LOCKED`` is ``test_worker_with_locked_rows`` below and
-  ``tests/concurrency``); ``test_locks_tasks_sqlite``, ``test_locks_tasks_filtered_sqlite``
+  ``tests/concurrency/test_claim_race.py``); ``test_locks_tasks_sqlite``, ``test_locks_tasks_filtered_sqlite``
   (SQLite).
 - ``ConnectionExclusiveTranscationTestCase`` (SQLite's exclusive transactions).
-- ``DatabaseBackendPruneTaskResultsTestCase``, all 13 tests (its ``prune_db_task_results``
-  command; retention here is the reaper's, ``tests/db``).
+- ``DatabaseBackendPruneTaskResultsTestCase``, all 12 tests (its ``prune_db_task_results``
+  command; retention here is the reaper's, ``tests/db/test_reaper.py``).
 - ``DatabaseWorkerProcessTestCase``: ``test_interrupt_no_tasks``, ``test_interrupt_signals``,
   ``test_repeat_ctrl_c``, ``test_kill`` (how its ``db_worker`` process answers SIGINT, SIGTERM
-  and SIGKILL; ``runjobs``' answers are tested on real processes in ``tests/process``. Its
+  and SIGKILL; ``runjobs``' answers are tested on real processes in
+  ``tests/process/test_crashes.py`` and ``tests/process/test_tasks_crash.py``. Its
   ``test_kill`` asserts the reference's known gap, a killed worker's task left ``RUNNING`` for
   ever, which the reaper here closes). Its ``test_system_exit_task`` and
   ``test_keyboard_interrupt_task`` are about what the task raises, so they run on the burst
