@@ -1,6 +1,7 @@
 """The framework's own Tasks test suites, vendored with their licences and retargeted at
 ``JobsBackend`` (see ``backends.py``). Each runs where its framework is installed: Django's own
-``tests/tasks`` on Django ≥ 6.0, the ``django-tasks`` backport's on Django 5.2."""
+``tests/tasks`` on Django ≥ 6.0, the ``django-tasks`` backport's on Django 5.2, and
+django-tasks-db's database-backend tests (``tasks_db``) on either."""
 
 from __future__ import annotations
 
