@@ -273,6 +273,11 @@ class Worker:
         self._wake = threading.Event()
         self._outcomes_waiting = threading.Event()  # wakes the outcome writer
         self._writer_done = threading.Event()  # the outcome writer is to stop
+        # The database answered again (the heartbeat got through after a cut): an outcome
+        # writer waiting out its back-off retries at once, before the leases of the executions
+        # it holds run out and their jobs are handed to another worker to run again.
+        self._database_answered = threading.Event()
+        self._writer_in_outage = False  # its last write failed: claims wait until one succeeds
         self._writer = threading.Thread(target=self._write_outcomes, name="django_jobs-writer", daemon=True)
         # The main thread is woken to claim once the buffer is down to this many jobs.
         self._refill_at = 0
@@ -635,6 +640,10 @@ class Worker:
         if not self._may_start_jobs():
             self.stats.held_back += 1
             return 0
+        if self._writer_in_outage:
+            # What this worker ran is still unwritten: a job claimed now would finish into the
+            # same queue, and its lease would run out waiting (then it runs again elsewhere).
+            return 0
         buffered, running, idle = self._pool.counts()
         target = self._claim_target()
         held = buffered + running
@@ -728,6 +737,7 @@ class Worker:
             )  # fmt: skip
         else:
             logger.info("heartbeat answered again: starting jobs", extra=logs.worker_fields(self.worker_id))
+            self._database_answered.set()
             self._wake.set()
 
     def _give_back_unstartable(self) -> None:
@@ -767,7 +777,9 @@ class Worker:
                 try:
                     wrote = self._flush(force=False)
                     db_retry = _DB_RETRY_FIRST
+                    self._writer_in_outage = False
                 except DATABASE_UNAVAILABLE as exc:
+                    self._writer_in_outage = True
                     logger.warning(
                         "database unavailable for outcomes, retrying in %.1fs: %s",
                         db_retry,
@@ -775,7 +787,8 @@ class Worker:
                         extra=logs.worker_fields(self.worker_id),
                     )
                     connections[jobs_settings.DATABASE].close()
-                    self._writer_done.wait(db_retry)
+                    self._database_answered.wait(db_retry)
+                    self._database_answered.clear()
                     db_retry = min(_DB_RETRY_MAX, db_retry * 2)
                     continue
                 if wrote and not self._pool.any_running():
@@ -975,6 +988,7 @@ class Worker:
             self._wake.clear()
         self._writer_done.set()
         self._outcomes_waiting.set()
+        self._database_answered.set()
         # A writer stuck on an unreachable database does not hold the shutdown: the flushes
         # below take what it has not taken (it writes its own batch if it ever can).
         if self._writer.is_alive():
