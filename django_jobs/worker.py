@@ -277,7 +277,7 @@ class Worker:
         # writer waiting out its back-off retries at once, before the leases of the executions
         # it holds run out and their jobs are handed to another worker to run again.
         self._database_answered = threading.Event()
-        self._writer_in_outage = False  # its last write failed: claims wait until one succeeds
+        self._writer_in_outage = False  # its last write failed: claims wait while it holds outcomes
         self._writer = threading.Thread(target=self._write_outcomes, name="django_jobs-writer", daemon=True)
         # The main thread is woken to claim once the buffer is down to this many jobs.
         self._refill_at = 0
@@ -640,7 +640,7 @@ class Worker:
         if not self._may_start_jobs():
             self.stats.held_back += 1
             return 0
-        if self._writer_in_outage:
+        if self._writer_in_outage and self._finished:
             # What this worker ran is still unwritten: a job claimed now would finish into the
             # same queue, and its lease would run out waiting (then it runs again elsewhere).
             return 0
