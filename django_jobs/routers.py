@@ -7,7 +7,7 @@ then creates the job tables on the jobs database alone::
     DATABASE_ROUTERS = ["django_jobs.routers.JobsRouter"]
 
 It speaks only of django_jobs' models and says nothing (``None``) of any other app's, so it
-composes with a project's own routers in either order. ``django_jobs.E042`` reports a project
+composes with a project's own routers in either order. ``django_jobs.E050`` reports a project
 whose routers send the models elsewhere.
 """
 
