@@ -65,8 +65,8 @@ def run(name: str, big: int, claims: int) -> list[float]:
     from django.db import connection
 
     from django_jobs import transitions
+    from django_jobs.runtime.worker import Worker
     from django_jobs.transitions import Outcome
-    from django_jobs.worker import Worker
 
     with connection.cursor() as cursor:
         cursor.execute("TRUNCATE django_jobs_job, django_jobs_jobevent RESTART IDENTITY CASCADE")

@@ -37,7 +37,7 @@ def main() -> None:
     import psycopg
     from django.db import connection
 
-    from django_jobs.worker import Worker
+    from django_jobs.runtime.worker import Worker
 
     counts: collections.Counter[str] = collections.Counter()
     execute = psycopg.Cursor.execute

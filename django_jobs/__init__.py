@@ -6,7 +6,6 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from django_jobs.backoff import Backoff
-from django_jobs.context import JobContext, LeaseLost
 from django_jobs.effects import compare_and_set, once
 from django_jobs.errors import (
     DeadlineExceeded,
@@ -27,12 +26,13 @@ from django_jobs.errors import (
     UnknownQueue,
 )
 from django_jobs.registry import Reconciliation, job
+from django_jobs.runtime.context import JobContext, LeaseLost
 from django_jobs.transitions import ActionRefused, CancelResult
 
 if TYPE_CHECKING:
+    from django_jobs.console.actions import cancel, retry
+    from django_jobs.console.pausing import pause_queue, resume_queue
     from django_jobs.enqueueing import enqueue, enqueue_many
-    from django_jobs.operations import cancel, retry
-    from django_jobs.queues import pause_queue, resume_queue
 
 __all__ = [
     "ActionRefused",
@@ -78,11 +78,11 @@ def __getattr__(name: str) -> Any:
 
         return getattr(module, name)
     if name in ("retry", "cancel"):
-        from django_jobs import operations
+        from django_jobs.console import actions as operations
 
         return getattr(operations, name)
     if name in ("pause_queue", "resume_queue"):
-        from django_jobs import queues
+        from django_jobs.console import pausing as queues
 
         return getattr(queues, name)
     raise AttributeError(f"module 'django_jobs' has no attribute {name!r}")

@@ -11,10 +11,8 @@ class DjangoJobsConfig(AppConfig):
     def ready(self) -> None:
         from django.utils.module_loading import autodiscover_modules
 
-        from django_jobs import (
-            checks,  # noqa: F401  # registers the system checks
-            connectivity,
-        )
+        from django_jobs import checks  # noqa: F401  # registers the system checks
+        from django_jobs.runtime import connectivity
 
         # The worker's own threads bound their statements (connectivity.run_worker_statements).
         connectivity.install()

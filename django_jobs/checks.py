@@ -93,7 +93,7 @@ def check_settings(app_configs: Sequence[AppConfig] | None = None, **kwargs: Any
     return errors
 
 
-#: Connection options that None turns off (django_jobs/connectivity.py).
+#: Connection options that None turns off (django_jobs/runtime/connectivity.py).
 _CONNECTION_DURATIONS = (
     "CONNECT_TIMEOUT",
     "TCP_KEEPALIVES_IDLE",
@@ -285,7 +285,8 @@ def _check_routing(alias: str) -> list[CheckMessage]:
     return [
         Error(
             f"DJANGO_JOBS['DATABASE'] is {alias!r} but the database routers disagree: "
-            + "; ".join(problems) + ".",
+            + "; ".join(problems)
+            + ".",
             hint="Add 'django_jobs.routers.JobsRouter' to DATABASE_ROUTERS (before any router "
             "that routes every model), see docs/scaling.md.",
             id="django_jobs.E050",
@@ -465,7 +466,7 @@ def _jobs_task_backends() -> dict[str, dict[str, Any]]:
         if not isinstance(params, dict):
             continue
         try:
-            from django_jobs.backend import JobsBackend
+            from django_jobs.tasks_framework.backend import JobsBackend
 
             backend = import_string(params.get("BACKEND", ""))
         except ImportError:  # no Tasks framework here, or a backend path Django reports itself

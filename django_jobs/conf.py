@@ -101,7 +101,7 @@ Every key, its default and its meaning. Durations are seconds; floats are allowe
     Longest run of the worker's own statements (claim, heartbeat, outcomes, reaper, scheduler);
     never applied to the connections handlers use. ``None`` for PgBouncer in transaction mode.
     For each of these five, ``None`` leaves libpq's and the kernel's default, and a value in
-    ``DATABASES[...]["OPTIONS"]`` wins (see django_jobs/connectivity.py).
+    ``DATABASES[...]["OPTIONS"]`` wins (see django_jobs/runtime/connectivity.py).
 ``RETENTION`` ({"completed": 7 days, "skipped": 7 days, "cancelled": 30 days, "failed": None})
     How long finished jobs are kept, per status; ``None`` keeps them forever.
 """

@@ -23,7 +23,7 @@ from django.db.models.base import ModelState
 from django.db.models.signals import post_init, pre_init
 from django.utils import timezone
 
-from django_jobs import metrics, signals
+from django_jobs import signals
 from django_jobs.conf import jobs_settings
 from django_jobs.errors import (
     InvalidOption,
@@ -36,6 +36,7 @@ from django_jobs.errors import (
 from django_jobs.jsonvalues import encode, plain_json_problem
 from django_jobs.limits import concurrency_key_problem
 from django_jobs.models import Job
+from django_jobs.observe import metrics
 from django_jobs.registry import PRIORITY_RANGE, QUEUE_RE, JobType, registry
 from django_jobs.states import KEY_HOLDING_STATUSES
 from django_jobs.transitions.cursor import django_bound_cursor

@@ -15,7 +15,7 @@ import dataclasses
 from django.db import connections
 
 from django_jobs.conf import jobs_settings
-from django_jobs.findings import find
+from django_jobs.observe.findings import find
 
 try:
     from health_check.base import HealthCheck

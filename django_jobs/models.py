@@ -592,7 +592,7 @@ class PendingLogEntry(models.Model):
     When ``LogEntry`` lives on another database than the job tables, the two cannot commit in
     one transaction. The action's event (``JobEvent``, ``QueueEvent``, ``ScheduleEvent``) is the
     record of truth; this row commits with it, and is turned into the ``LogEntry`` once that
-    has committed (see ``django_jobs.consolelog``). A row is deleted only once its entry exists.
+    has committed (see ``django_jobs.console.audit``). A row is deleted only once its entry exists.
     """
 
     id = models.BigAutoField(primary_key=True)

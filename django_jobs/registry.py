@@ -22,7 +22,7 @@ from django_jobs.limits import RateLimit, concurrency_limit_problem, parse_rate_
 from django_jobs.schedules import Schedule, interval_seconds
 
 if TYPE_CHECKING:
-    from django_jobs.context import JobContext
+    from django_jobs.runtime.context import JobContext
 
 Handler = Callable[["JobContext", dict[str, Any]], Any]
 H = TypeVar("H", bound=Handler)

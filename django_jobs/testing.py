@@ -21,16 +21,17 @@ from django.db import connections
 from django.db.models import DateTimeField, F, Func, Min, QuerySet
 from psycopg.pq import TransactionStatus
 
-from django_jobs import outcomes, signals, transitions
+from django_jobs import signals, transitions
 from django_jobs.conf import jobs_settings
-from django_jobs.executor import run
 from django_jobs.models import Job
 from django_jobs.recording import EnqueuedJob, EnqueuedJobs, assert_enqueued, enqueued_jobs
 from django_jobs.registry import registry
+from django_jobs.runtime import outcomes
+from django_jobs.runtime.executor import run
+from django_jobs.runtime.worker import Worker, WorkerStats, lease_for
 from django_jobs.states import ACTIVE_STATUSES, JobStatus
 from django_jobs.transitions import Claim, ClaimStatement
 from django_jobs.transitions.claimable import claim_inputs
-from django_jobs.worker import Worker, WorkerStats, lease_for
 
 
 def run_one(queues: Sequence[str] | None = None, types: Sequence[str] | None = None) -> Job | None:

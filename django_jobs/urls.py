@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django.urls import path
 
-from django_jobs.views import metrics_view
+from django_jobs.observe.views import metrics_view
 
 app_name = "django_jobs"
 urlpatterns = [

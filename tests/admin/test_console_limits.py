@@ -17,7 +17,7 @@ from django.test import Client
 from django.test.utils import CaptureQueriesContext
 from django.utils.html import strip_tags
 
-from django_jobs.admin import (
+from django_jobs.console.admin import (
     CONFIRM_ROWS_SHOWN,
     EVENTS_PER_PAGE,
     MAX_PAGES,

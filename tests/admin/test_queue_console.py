@@ -11,8 +11,8 @@ from django.contrib.auth.models import User
 from django.test import Client
 
 from django_jobs import pause_queue
+from django_jobs.console.pausing import paused_queues
 from django_jobs.models import Queue, QueueEvent
-from django_jobs.queues import paused_queues
 from tests.admin.console import DASHBOARD, staff
 from tests.factories import JobFactory
 

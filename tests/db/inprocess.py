@@ -8,7 +8,7 @@ from collections.abc import Callable
 
 from django.db import connections
 
-from django_jobs.worker import Worker
+from django_jobs.runtime.worker import Worker
 
 
 def wait_for(condition: Callable[[], bool], timeout: float = 10.0) -> None:

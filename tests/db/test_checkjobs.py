@@ -16,9 +16,9 @@ from django.utils import timezone
 from health_check.exceptions import ServiceUnavailable, ServiceWarning
 
 from django_jobs import pause_queue, transitions
-from django_jobs.findings import find
 from django_jobs.health import JobsHealthCheck
 from django_jobs.models import Job
+from django_jobs.observe.findings import find
 from django_jobs.registry import registry
 from tests.factories import JobFactory
 from tests.process.workers import ROOT

@@ -217,8 +217,8 @@ def test_every_bad_tasks_option_is_a_check_message_beside_the_other_errors(tmp_p
 def test_a_misconfigured_tasks_backend_refuses_to_enqueue_and_writes_nothing(db: None) -> None:
     from django.core.exceptions import ImproperlyConfigured
 
-    from django_jobs.backend import JobsBackend
     from django_jobs.models import Job
+    from django_jobs.tasks_framework.backend import JobsBackend
     from testproject.testjobs import tasks
 
     backend = JobsBackend(
@@ -231,7 +231,7 @@ def test_a_misconfigured_tasks_backend_refuses_to_enqueue_and_writes_nothing(db:
 
 
 def test_a_sound_tasks_backend_has_no_problems() -> None:
-    from django_jobs.backend import JobsBackend
+    from django_jobs.tasks_framework.backend import JobsBackend
 
     options = {"MAX_ATTEMPTS": 3, "BACKOFF_BASE": 0.5, "BACKOFF_CAP": 10, "BACKOFF_JITTER": 0, "TIMEOUT": 2}
     backend = JobsBackend("sound", {"BACKEND": "django_jobs.backend.JobsBackend", "OPTIONS": options})

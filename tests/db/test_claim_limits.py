@@ -8,8 +8,9 @@ from typing import Any
 import pytest
 from django.db import IntegrityError, connection, transaction
 
-from django_jobs import InvalidOption, enqueue, enqueue_many, job, reaper
+from django_jobs import InvalidOption, enqueue, enqueue_many, job
 from django_jobs.limits import RateLimit, parse_rate_limit
+from django_jobs.maintenance import reaper
 from django_jobs.models import ConcurrencyKey, Job, RateWindow
 from django_jobs.registry import registry
 from django_jobs.transitions import Claim, ClaimStatement, Outcome, claim, open_rate_windows, write_outcomes

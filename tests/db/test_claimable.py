@@ -10,9 +10,9 @@ from django.utils import timezone
 
 from django_jobs import pause_queue
 from django_jobs.models import Job
+from django_jobs.runtime.worker import Worker
 from django_jobs.transitions import claim
 from django_jobs.transitions.claimable import claim_filter, claim_inputs, positional
-from django_jobs.worker import Worker
 from tests.factories import JobFactory
 
 pytestmark = pytest.mark.django_db

@@ -1,5 +1,5 @@
 """The worker's connections notice a dead or stuck database, and a worker whose heartbeat goes
-unanswered starts nothing until it is answered again (django_jobs/connectivity.py)."""
+unanswered starts nothing until it is answered again (django_jobs/runtime/connectivity.py)."""
 
 from __future__ import annotations
 
@@ -14,8 +14,12 @@ from django.db import connection, connections
 from django.test import override_settings
 
 from django_jobs import enqueue
-from django_jobs.connectivity import apply_connection_options, connection_options, run_worker_statements
 from django_jobs.models import Job
+from django_jobs.runtime.connectivity import (
+    apply_connection_options,
+    connection_options,
+    run_worker_statements,
+)
 from django_jobs.states import JobStatus
 from testproject.testjobs.models import BusinessRow
 from tests.db.inprocess import BackgroundWorker, run_worker, wait_for

@@ -13,7 +13,8 @@ from django.contrib.auth.models import User
 from django.contrib.contenttypes.models import ContentType
 from django.db import connection
 
-from django_jobs import consolelog, reaper
+from django_jobs.console import audit as consolelog
+from django_jobs.maintenance import reaper
 from django_jobs.models import Job, LiveWorker, PendingLogEntry
 from tests.factories import JobFactory
 

@@ -11,10 +11,11 @@ import pytest
 from django.db import transaction
 from django.test import override_settings
 
-from django_jobs import InvalidOption, UnknownQueue, enqueue, enqueue_many, job, taskapi
+from django_jobs import InvalidOption, UnknownQueue, enqueue, enqueue_many, job
 from django_jobs.checks import check_declared_queues
 from django_jobs.models import Job
 from django_jobs.registry import registry
+from django_jobs.tasks_framework import api as taskapi
 from testproject.testjobs import tasks
 
 pytestmark = pytest.mark.django_db

@@ -10,14 +10,15 @@ import pytest
 from django.db.models.functions import Now
 from django.utils import timezone
 
-from django_jobs import enqueue, enqueue_many, job, pause_queue, reaper, transitions
-from django_jobs.diagnosis import JobNotFound, Reason, explain, parse_job_id
+from django_jobs import enqueue, enqueue_many, job, pause_queue, transitions
 from django_jobs.limits import RateLimit
+from django_jobs.maintenance import reaper
 from django_jobs.models import Job, LiveWorker
+from django_jobs.observe.diagnosis import JobNotFound, Reason, explain, parse_job_id
 from django_jobs.registry import registry
+from django_jobs.runtime.worker import Worker
 from django_jobs.testing import run_one
 from django_jobs.transitions import ClaimStatement, claim, open_rate_windows
-from django_jobs.worker import Worker
 from tests.factories import JobFactory
 
 pytestmark = pytest.mark.django_db(transaction=True)

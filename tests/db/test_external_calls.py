@@ -14,10 +14,11 @@ from django.conf import settings
 from django.db import connection, connections, transaction
 from django.utils import timezone
 
-from django_jobs import LeaseLost, enqueue, reaper, transitions
-from django_jobs.context import JobContext, Lease
+from django_jobs import LeaseLost, enqueue, transitions
+from django_jobs.maintenance import reaper
+from django_jobs.maintenance.reaper import decide_recovery
 from django_jobs.models import ExternalCall, Job, JobEvent
-from django_jobs.reaper import decide_recovery
+from django_jobs.runtime.context import JobContext, Lease
 from django_jobs.states import EventKind, JobStatus
 from django_jobs.testing import run_jobs, run_until_settled
 from testproject.testjobs.models import BusinessRow

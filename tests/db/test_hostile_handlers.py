@@ -15,12 +15,14 @@ from django.core import checks
 from django.db import DataError, connection
 from django.test import override_settings
 
-from django_jobs import enqueue, outcomes, reaper
+from django_jobs import enqueue
 from django_jobs.checks import check_upcasters
 from django_jobs.decision import MAX_RETRY_DELAY, Happened
-from django_jobs.executor import Finished
+from django_jobs.maintenance import reaper
 from django_jobs.models import Job, JobEvent
 from django_jobs.registry import job, registry
+from django_jobs.runtime import outcomes
+from django_jobs.runtime.executor import Finished
 from django_jobs.states import EventKind, JobStatus
 from django_jobs.transitions import Beat, ClaimStatement, Outcome, cancel, claim, heartbeat, write_outcomes
 from testproject.testjobs import jobs as testjobs

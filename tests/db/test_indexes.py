@@ -112,7 +112,7 @@ def test_claim_and_reaper_searches_are_index_scans(million_rows: None) -> None:
 
 
 def test_checkjobs_reads_are_index_probes(million_rows: None) -> None:
-    from django_jobs import findings
+    from django_jobs.observe import findings
 
     # The oldest pending job of a queue: a probe per distinct priority in the claim index,
     # never a scan of the queue's backlog.

@@ -13,11 +13,13 @@ from collections.abc import Iterator
 import pytest
 from django.db.models.functions import Now
 
-from django_jobs import enqueue, outcomes, reaper
+from django_jobs import enqueue
 from django_jobs.decision import Happened
-from django_jobs.executor import Finished
 from django_jobs.logs import JSONFormatter
+from django_jobs.maintenance import reaper
 from django_jobs.models import Job, JobEvent
+from django_jobs.runtime import outcomes
+from django_jobs.runtime.executor import Finished
 from django_jobs.states import ACTIVE_STATUSES, JobStatus
 from django_jobs.transitions import ClaimStatement, Outcome, claim
 from tests.db.inprocess import BackgroundWorker, wait_for

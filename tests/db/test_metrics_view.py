@@ -11,7 +11,8 @@ from django.test import Client, override_settings
 from django.utils import timezone
 from prometheus_client.parser import text_string_to_metric_families
 
-from django_jobs import dashboard, enqueue, pause_queue
+from django_jobs import enqueue, pause_queue
+from django_jobs.console import dashboard
 from django_jobs.states import JobStatus
 from tests.factories import JobFactory
 

@@ -16,8 +16,8 @@ from django.db import IntegrityError
 
 import django_jobs
 from django_jobs import ActionRefused, CancelResult, JobNotFound
+from django_jobs.console.actions import default_actor
 from django_jobs.models import Job, JobEvent
-from django_jobs.operations import default_actor
 from django_jobs.states import EventKind, JobStatus
 from tests.factories import JobFactory
 from tests.process.workers import ROOT

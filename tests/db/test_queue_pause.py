@@ -13,14 +13,14 @@ from django.core.management.base import CommandError
 from django.db import connection, connections, transaction
 
 from django_jobs import enqueue, pause_queue, resume_queue
-from django_jobs.listener import CHANNEL
+from django_jobs.console.pausing import InvalidQueue, paused_queues
 from django_jobs.models import Job, Queue, QueueEvent
-from django_jobs.pool import Held
-from django_jobs.queues import InvalidQueue, paused_queues
+from django_jobs.runtime.listener import CHANNEL
+from django_jobs.runtime.pool import Held
+from django_jobs.runtime.worker import Worker
 from django_jobs.states import JobStatus
 from django_jobs.testing import run_jobs, run_until_settled
 from django_jobs.transitions import ActionRefused, ClaimStatement, Outcome, any_active, claim, write_outcomes
-from django_jobs.worker import Worker
 from tests.factories import JobFactory
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -16,9 +16,10 @@ from django.db import connections
 from django.test import override_settings
 from django.utils import timezone
 
-from django_jobs import reaper, transitions
-from django_jobs.context import JobContext, Lease, LeaseLost
+from django_jobs import transitions
+from django_jobs.maintenance import reaper
 from django_jobs.models import Job, JobEvent
+from django_jobs.runtime.context import JobContext, Lease, LeaseLost
 from django_jobs.states import EventKind, JobStatus
 from django_jobs.transitions import Outcome
 from tests.factories import JobFactory

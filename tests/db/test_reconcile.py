@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from django_jobs import enqueue, reaper
+from django_jobs import enqueue
+from django_jobs.maintenance import reaper
 from django_jobs.models import Job, JobEvent
 from django_jobs.states import EventKind, JobStatus
 from django_jobs.testing import run_jobs, run_until_settled

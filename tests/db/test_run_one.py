@@ -11,7 +11,8 @@ from django.db import connection, transaction
 from django.db.models.functions import Now
 from django.test import TestCase, TransactionTestCase
 
-from django_jobs import enqueue, reaper
+from django_jobs import enqueue
+from django_jobs.maintenance import reaper
 from django_jobs.models import Job, JobEvent, ProcessedEffect
 from django_jobs.states import EventKind, JobStatus
 from django_jobs.testing import run_one, run_until_settled

@@ -10,9 +10,9 @@ from django.db import connection
 from django.test import override_settings
 
 from django_jobs.checks import check_schedules
+from django_jobs.maintenance.reaper import prune_ticks
+from django_jobs.maintenance.scheduler import SchedulerLoop, fire
 from django_jobs.models import Job, ScheduleTick
-from django_jobs.reaper import prune_ticks
-from django_jobs.scheduler import SchedulerLoop, fire
 from django_jobs.schedules import Schedule
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -12,12 +12,13 @@ import pytest
 from django.db import transaction
 from django.test import TestCase
 
-from django_jobs import enqueue, reaper
+from django_jobs import enqueue
+from django_jobs.maintenance import reaper
 from django_jobs.models import Job
+from django_jobs.runtime.worker import Worker
 from django_jobs.signals import job_enqueued, job_finished, job_started, listened
 from django_jobs.states import JobStatus
 from django_jobs.testing import run_jobs, run_one, run_until_settled
-from django_jobs.worker import Worker
 from testproject.shop.models import Order
 from tests.factories import JobFactory
 

@@ -33,7 +33,8 @@ from django.contrib.auth.models import Permission, User
 from django.db import connection
 from playwright.sync_api import Browser, Page, expect, sync_playwright
 
-from django_jobs import enqueue, enqueue_many, reaper
+from django_jobs import enqueue, enqueue_many
+from django_jobs.maintenance import reaper
 from django_jobs.models import Job, JobEvent, LiveWorker
 from django_jobs.states import EventKind, JobStatus
 from django_jobs.testing import run_until_settled

@@ -102,7 +102,7 @@ def console(ids: dict[str, Any]) -> dict[str, Any]:
     call_command("explainjob", str(ids["bad"]), stdout=explained)
     with contextlib.suppress(SystemExit):  # critical findings end in status 1; the output is the report
         call_command("checkjobs", stdout=checked)
-    from django_jobs.backend import JobsBackend
+    from django_jobs.tasks_framework.backend import JobsBackend
     from testproject.testjobs.tasks import add
 
     result = add.get_backend().get_result(ids["task"])

@@ -11,10 +11,11 @@ from collections.abc import Callable
 
 import pytest
 
-from django_jobs import enqueue, reaper
+from django_jobs import enqueue
+from django_jobs.maintenance import reaper
 from django_jobs.models import Job, JobEvent
+from django_jobs.runtime.worker import EXIT_MARGIN
 from django_jobs.states import EventKind, JobStatus
-from django_jobs.worker import EXIT_MARGIN
 from testproject.testjobs.models import BusinessRow
 from tests.process.workers import StartWorker, wait_for
 

@@ -12,8 +12,8 @@ from django.core.management import call_command
 from django.test import override_settings
 
 from django_jobs import enqueue
-from django_jobs.diagnosis import Reason, explain
 from django_jobs.models import Job, LiveWorker
+from django_jobs.observe.diagnosis import Reason, explain
 from django_jobs.states import JobStatus
 from tests.process.conftest import StartWorker
 from tests.process.workers import wait_for

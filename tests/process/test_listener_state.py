@@ -18,8 +18,8 @@ import pytest
 from django.db import connection, transaction
 
 from django_jobs import enqueue, pause_queue, resume_queue
-from django_jobs.listener import CHANNEL
 from django_jobs.models import Job
+from django_jobs.runtime.listener import CHANNEL
 from django_jobs.states import JobStatus
 from testproject.testjobs.models import BusinessRow
 from tests.process.workers import StartWorker, WorkerProcess, listening_workers, wait_for

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from django_jobs import taskapi
+from django_jobs.tasks_framework import api as taskapi
 from testproject.testjobs import tasks
 from testproject.testjobs.models import BusinessRow
 from tests.process.workers import WorkerProcess, wait_for
@@ -43,4 +43,4 @@ def test_a_task_whose_worker_is_killed_mid_run_is_recovered_and_completes(
     done = tasks.slow.get_result(result.id)
     assert done.status == taskapi.PRIMARY.TaskResultStatus.SUCCESSFUL and done.return_value == "done"
     assert done.attempts == 2 and len(set(done.worker_ids)) == 2  # a worker id per attempt
-    assert [e.exception_class_path for e in done.errors] == ["django_jobs.context.LeaseLost"]
+    assert [e.exception_class_path for e in done.errors] == ["django_jobs.runtime.context.LeaseLost"]

@@ -13,8 +13,8 @@ import pytest
 from django.db import connection, transaction
 
 from django_jobs import enqueue, enqueue_many
-from django_jobs.listener import CHANNEL
 from django_jobs.models import Job
+from django_jobs.runtime.listener import CHANNEL
 from django_jobs.states import JobStatus
 from tests.process.throwaway_pg import ThrowawayCluster
 from tests.process.workers import WorkerProcess, listening_workers, wait_for

@@ -76,7 +76,7 @@ def listening_workers() -> int:
     """Worker connections of the test database LISTENing for jobs (their last statement)."""
     from django.db import connection
 
-    from django_jobs.listener import CHANNEL
+    from django_jobs.runtime.listener import CHANNEL
 
     with connection.cursor() as cursor:
         cursor.execute(

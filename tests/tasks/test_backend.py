@@ -14,11 +14,11 @@ import pytest
 from django.db import transaction
 from django.utils import timezone
 
-from django_jobs import taskapi
-from django_jobs.backend import JobsBackend
 from django_jobs.errors import EnqueueError, InvalidResult, ResultNotJSON
 from django_jobs.models import Job
 from django_jobs.states import JobStatus
+from django_jobs.tasks_framework import api as taskapi
+from django_jobs.tasks_framework.backend import JobsBackend
 from django_jobs.testing import run_jobs, run_one, run_until_settled
 from django_jobs.transitions import cancel
 from django_jobs.transitions.operator import manual_retry
@@ -294,7 +294,6 @@ def test_task_finished_tells_the_status_the_outcome_records(raising_receivers: l
     tasks.gives_up.enqueue()
     run_until_settled()
     assert raising_receivers[-1] == ("task_finished", Status.FAILED)
-
 
 
 @pytest.fixture

@@ -13,7 +13,7 @@ import pytest
 from django.core import mail
 from django.test import override_settings
 
-from django_jobs import taskapi
+from django_jobs.tasks_framework import api as taskapi
 from django_jobs.testing import run_jobs
 from testproject.testjobs.tasks import email_users, email_users_with_context
 

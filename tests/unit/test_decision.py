@@ -242,7 +242,7 @@ def test_retry_after_is_clamped_to_a_storable_delay(retry_after: float, expected
 
 @given(situation=situations)
 def test_the_success_path_the_outcome_writer_reads_is_what_decide_answers(situation: Situation) -> None:
-    from django_jobs.outcomes import SUCCESS
+    from django_jobs.runtime.outcomes import SUCCESS
 
     returned = dataclasses.replace(situation, happened=Happened.COMPLETED)
     assert decide(returned, lambda: BACKOFF) == SUCCESS

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from django_jobs.liveness import Limits, Liveness
+from django_jobs.observe.liveness import Limits, Liveness
 
 LIMITS = Limits(stall=30.0, outage=60.0, stuck=5.0)
 

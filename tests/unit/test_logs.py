@@ -11,7 +11,6 @@ import pytest
 
 from django_jobs import logs
 from django_jobs.decision import Happened
-from django_jobs.executor import Finished
 from django_jobs.logs import (
     JOB_FIELDS,
     MAX_JOB_IDS,
@@ -22,7 +21,8 @@ from django_jobs.logs import (
     job_fields,
     jobs_fields,
 )
-from django_jobs.outcomes import outcome_for
+from django_jobs.runtime.executor import Finished
+from django_jobs.runtime.outcomes import outcome_for
 from django_jobs.states import JobStatus
 from django_jobs.transitions import Claim
 

@@ -9,8 +9,8 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from django_jobs.decision import Happened
-from django_jobs.executor import Finished
-from django_jobs.metrics import RUN_BUCKETS, Metrics
+from django_jobs.observe.metrics import RUN_BUCKETS, Metrics
+from django_jobs.runtime.executor import Finished
 from django_jobs.transitions import Claim, Outcome
 
 

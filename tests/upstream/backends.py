@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from django_jobs.backend import JobsBackend
+from django_jobs.tasks_framework.backend import JobsBackend
 from django_jobs.testing import run_jobs
 
 #: OPTIONS of an immediate backend: one attempt, as the reference backend makes.

@@ -7,7 +7,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand
 
-from django_jobs.findings import find
+from django_jobs.observe.findings import find
 from django_jobs.schema import require_migrated
 
 

@@ -6,8 +6,8 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, OutputWrapper
 
-from django_jobs.diagnosis import Explanation, explain, parse_job_id
 from django_jobs.errors import JobNotFound
+from django_jobs.observe.diagnosis import Explanation, explain, parse_job_id
 from django_jobs.schema import require_migrated
 
 

@@ -1,6 +1,6 @@
 """``manage.py jobs retry|cancel|explain|list``: what the console does to one job, from a shell.
 
-Thin: it parses, then calls ``django_jobs.operations`` (the console's own audited path) and
+Thin: it parses, then calls ``django_jobs.console.actions`` (the console's own audited path) and
 ``diagnosis.explain``. Every bad value is refused by the parser with what was wrong.
 """
 
@@ -15,7 +15,7 @@ from typing import Any
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
 
-from django_jobs import operations
+from django_jobs.console import actions as operations
 from django_jobs.errors import JobNotFound
 from django_jobs.management.commands.explainjob import job_id, write_explanation
 from django_jobs.models import Job

@@ -7,7 +7,8 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
 
-from django_jobs import queues, transitions
+from django_jobs import transitions
+from django_jobs.console import pausing as queues
 from django_jobs.schema import require_migrated
 
 

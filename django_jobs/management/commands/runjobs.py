@@ -8,12 +8,14 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
 
-from django_jobs import connectivity, logs, metrics
+from django_jobs import logs
 from django_jobs.conf import jobs_settings
-from django_jobs.probes import HealthFile, ProbeError, ProbeServer
+from django_jobs.observe import metrics
+from django_jobs.observe.probes import HealthFile, ProbeError, ProbeServer
 from django_jobs.registry import QUEUE_RE, registry
+from django_jobs.runtime import connectivity
+from django_jobs.runtime.worker import POOLS, Worker
 from django_jobs.schema import require_migrated
-from django_jobs.worker import POOLS, Worker
 
 #: Each execution slot holds a database connection (and a thread or a process) for the life of
 #: the worker; PostgreSQL's max_connections is 100 by default. More throughput comes from more

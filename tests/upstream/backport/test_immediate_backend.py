@@ -9,10 +9,12 @@ from django.urls import reverse
 from django.utils import timezone
 
 from django_tasks import TaskResultStatus, default_task_backend, task_backends
+
 # Adapted (django_jobs): the reference backend is replaced by JobsBackend, run at once.
 from tests.upstream.backends import IMMEDIATE_OPTIONS, ImmediateJobsBackend as ImmediateBackend
 from django_tasks.base import Task
 from django_tasks.exceptions import InvalidTaskError
+
 # Adapted (django_jobs): the module is tests.upstream.backport.tasks here.
 from . import tasks as test_tasks
 
@@ -111,8 +113,7 @@ class ImmediateBackendTestCase(TransactionTestCase):
                 self.assertEqual(result.errors[0].exception_class, exception)
                 traceback = result.errors[0].traceback
                 self.assertTrue(
-                    traceback
-                    and traceback.endswith(f"{exception.__name__}: {message}\n"),
+                    traceback and traceback.endswith(f"{exception.__name__}: {message}\n"),
                     traceback,
                 )
                 self.assertEqual(result.task, task)
@@ -121,14 +122,12 @@ class ImmediateBackendTestCase(TransactionTestCase):
 
     # Adapted (django_jobs): does not apply to JobsBackend.
     @unittest.skip(
-        'a task runs on a worker, not in the caller: a KeyboardInterrupt it raises is recorded as its failure, and never reaches enqueue()'
+        "a task runs on a worker, not in the caller: a KeyboardInterrupt it raises is recorded as its failure, and never reaches enqueue()"
     )
     def test_throws_keyboard_interrupt(self) -> None:
         with self.assertRaises(KeyboardInterrupt):
             with self.assertNoLogs("django_tasks", level="ERROR"):
-                default_task_backend.enqueue(
-                    test_tasks.failing_task_keyboard_interrupt, [], {}
-                )
+                default_task_backend.enqueue(test_tasks.failing_task_keyboard_interrupt, [], {})
 
     def test_complex_exception(self) -> None:
         with self.assertLogs("django_tasks", level="ERROR"):
@@ -143,9 +142,7 @@ class ImmediateBackendTestCase(TransactionTestCase):
 
         self.assertIsNone(result._return_value)
         self.assertEqual(result.errors[0].exception_class, ValueError)
-        self.assertIn(
-            'ValueError(ValueError("This task failed"))', result.errors[0].traceback
-        )
+        self.assertIn('ValueError(ValueError("This task failed"))', result.errors[0].traceback)
 
         self.assertEqual(result.task, test_tasks.complex_exception)
         self.assertEqual(result.args, [])
@@ -167,25 +164,19 @@ class ImmediateBackendTestCase(TransactionTestCase):
         self.assertIn("Unsupported type", result.errors[0].traceback)
 
     def test_result(self) -> None:
-        result = default_task_backend.enqueue(
-            test_tasks.calculate_meaning_of_life, [], {}
-        )
+        result = default_task_backend.enqueue(test_tasks.calculate_meaning_of_life, [], {})
 
         self.assertEqual(result.status, TaskResultStatus.SUCCESSFUL)
         self.assertEqual(result.return_value, 42)
 
     async def test_result_async(self) -> None:
-        result = await default_task_backend.aenqueue(
-            test_tasks.calculate_meaning_of_life, [], {}
-        )
+        result = await default_task_backend.aenqueue(test_tasks.calculate_meaning_of_life, [], {})
 
         self.assertEqual(result.status, TaskResultStatus.SUCCESSFUL)
         self.assertEqual(result.return_value, 42)
 
     # Adapted (django_jobs): does not apply to JobsBackend.
-    @unittest.skip(
-        "JobsBackend supports get_result(); this checks the reference backend's lack of it"
-    )
+    @unittest.skip("JobsBackend supports get_result(); this checks the reference backend's lack of it")
     async def test_cannot_get_result(self) -> None:
         with self.assertRaisesMessage(
             NotImplementedError,
@@ -200,13 +191,9 @@ class ImmediateBackendTestCase(TransactionTestCase):
             await default_task_backend.aget_result(123)  # type:ignore[arg-type]
 
     # Adapted (django_jobs): does not apply to JobsBackend.
-    @unittest.skip(
-        "JobsBackend supports refresh(); this checks the reference backend's lack of it"
-    )
+    @unittest.skip("JobsBackend supports refresh(); this checks the reference backend's lack of it")
     async def test_cannot_refresh_result(self) -> None:
-        result = await default_task_backend.aenqueue(
-            test_tasks.calculate_meaning_of_life, (), {}
-        )
+        result = await default_task_backend.aenqueue(test_tasks.calculate_meaning_of_life, (), {})
 
         with self.assertRaisesMessage(
             NotImplementedError,
@@ -221,9 +208,7 @@ class ImmediateBackendTestCase(TransactionTestCase):
             result.refresh()
 
     # Adapted (django_jobs): does not apply to JobsBackend.
-    @unittest.skip(
-        "JobsBackend supports run_after; this checks the reference backend's lack of it"
-    )
+    @unittest.skip("JobsBackend supports run_after; this checks the reference backend's lack of it")
     def test_cannot_pass_run_after(self) -> None:
         with self.assertRaisesMessage(
             InvalidTaskError,
@@ -248,9 +233,7 @@ class ImmediateBackendTestCase(TransactionTestCase):
                 self.assertEqual(data["status"], TaskResultStatus.SUCCESSFUL)
 
     # Adapted (django_jobs): does not apply to JobsBackend.
-    @unittest.skip(
-        "JobsBackend supports get_result(); this checks the reference backend's lack of it"
-    )
+    @unittest.skip("JobsBackend supports get_result(); this checks the reference backend's lack of it")
     def test_get_result_from_different_request(self) -> None:
         response = self.client.get(reverse("meaning-of-life"))
         self.assertEqual(response.status_code, 200)
@@ -305,9 +288,7 @@ class ImmediateBackendTestCase(TransactionTestCase):
         self.assertEqual(result.status, TaskResultStatus.SUCCESSFUL)
 
     def test_validate_on_enqueue(self) -> None:
-        task_with_custom_queue_name = test_tasks.noop_task.using(
-            queue_name="unknown_queue"
-        )
+        task_with_custom_queue_name = test_tasks.noop_task.using(queue_name="unknown_queue")
 
         with override_settings(
             TASKS={
@@ -318,15 +299,11 @@ class ImmediateBackendTestCase(TransactionTestCase):
                 }
             }
         ):
-            with self.assertRaisesMessage(
-                InvalidTaskError, "Queue 'unknown_queue' is not valid for backend"
-            ):
+            with self.assertRaisesMessage(InvalidTaskError, "Queue 'unknown_queue' is not valid for backend"):
                 task_with_custom_queue_name.enqueue()
 
     async def test_validate_on_aenqueue(self) -> None:
-        task_with_custom_queue_name = test_tasks.noop_task.using(
-            queue_name="unknown_queue"
-        )
+        task_with_custom_queue_name = test_tasks.noop_task.using(queue_name="unknown_queue")
 
         with override_settings(
             TASKS={
@@ -337,7 +314,5 @@ class ImmediateBackendTestCase(TransactionTestCase):
                 }
             }
         ):
-            with self.assertRaisesMessage(
-                InvalidTaskError, "Queue 'unknown_queue' is not valid for backend"
-            ):
+            with self.assertRaisesMessage(InvalidTaskError, "Queue 'unknown_queue' is not valid for backend"):
                 await task_with_custom_queue_name.aenqueue()

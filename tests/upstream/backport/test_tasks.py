@@ -16,8 +16,9 @@ from django_tasks import (
     task,
     task_backends,
 )
+
 # Adapted (django_jobs): the reference backends are replaced by JobsBackend.
-from django_jobs.backend import JobsBackend as DummyBackend
+from django_jobs.tasks_framework.backend import JobsBackend as DummyBackend
 from django_jobs.models import Job
 from tests.upstream.backends import IMMEDIATE_OPTIONS, ImmediateJobsBackend as ImmediateBackend
 from django_tasks.base import TASK_MAX_PRIORITY, TASK_MIN_PRIORITY, Task
@@ -27,6 +28,7 @@ from django_tasks.exceptions import (
     TaskResultDoesNotExist,
     TaskResultMismatch,
 )
+
 # Adapted (django_jobs): the module is tests.upstream.backport.tasks here.
 from . import tasks as test_tasks
 
@@ -48,7 +50,6 @@ from . import tasks as test_tasks
 )
 # Adapted (django_jobs): JobsBackend stores tasks in the database, emptied after each test.
 class TaskTestCase(TransactionTestCase):
-
     def test_using_correct_backend(self) -> None:
         self.assertEqual(default_task_backend, task_backends["default"])
         self.assertIsInstance(task_backends["default"], DummyBackend)
@@ -82,15 +83,11 @@ class TaskTestCase(TransactionTestCase):
         self.assertEqual(ids, [int(result.id)])
 
     def test_enqueue_with_invalid_argument(self) -> None:
-        with self.assertRaisesMessage(
-            TypeError, "Unsupported type: <class 'datetime.datetime'>"
-        ):
+        with self.assertRaisesMessage(TypeError, "Unsupported type: <class 'datetime.datetime'>"):
             test_tasks.noop_task.enqueue(datetime.now())
 
     async def test_aenqueue_with_invalid_argument(self) -> None:
-        with self.assertRaisesMessage(
-            TypeError, "Unsupported type: <class 'datetime.datetime'>"
-        ):
+        with self.assertRaisesMessage(TypeError, "Unsupported type: <class 'datetime.datetime'>"):
             await test_tasks.noop_task.aenqueue(datetime.now())
 
     def test_using_priority(self) -> None:
@@ -100,9 +97,7 @@ class TaskTestCase(TransactionTestCase):
 
     def test_using_queue_name(self) -> None:
         self.assertEqual(test_tasks.noop_task.queue_name, DEFAULT_TASK_QUEUE_NAME)
-        self.assertEqual(
-            test_tasks.noop_task.using(queue_name="queue_1").queue_name, "queue_1"
-        )
+        self.assertEqual(test_tasks.noop_task.using(queue_name="queue_1").queue_name, "queue_1")
         self.assertEqual(test_tasks.noop_task.queue_name, DEFAULT_TASK_QUEUE_NAME)
 
     def test_using_run_after(self) -> None:
@@ -115,9 +110,7 @@ class TaskTestCase(TransactionTestCase):
     def test_using_unknown_backend(self) -> None:
         self.assertEqual(test_tasks.noop_task.backend, "default")
 
-        with self.assertRaisesMessage(
-            InvalidTaskBackendError, "The connection 'unknown' doesn't exist."
-        ):
+        with self.assertRaisesMessage(InvalidTaskBackendError, "The connection 'unknown' doesn't exist."):
             test_tasks.noop_task.using(backend="unknown")
 
     def test_using_missing_backend(self) -> None:
@@ -163,9 +156,7 @@ class TaskTestCase(TransactionTestCase):
         self.assertEqual(dataclasses.asdict(result), original_result)
 
     def test_naive_datetime(self) -> None:
-        with self.assertRaisesMessage(
-            InvalidTaskError, "run_after must be an aware datetime"
-        ):
+        with self.assertRaisesMessage(InvalidTaskError, "run_after must be an aware datetime"):
             test_tasks.noop_task.using(run_after=datetime.now())
 
     def test_invalid_priority(self) -> None:
@@ -192,15 +183,11 @@ class TaskTestCase(TransactionTestCase):
         test_tasks.noop_task.using(priority=0)
 
     def test_unknown_queue_name(self) -> None:
-        with self.assertRaisesMessage(
-            InvalidTaskError, "Queue 'queue-2' is not valid for backend"
-        ):
+        with self.assertRaisesMessage(InvalidTaskError, "Queue 'queue-2' is not valid for backend"):
             test_tasks.noop_task.using(queue_name="queue-2")
         # Validation is bypassed when the backend QUEUES is an empty list.
         self.assertEqual(
-            test_tasks.noop_task.using(
-                queue_name="queue-2", backend="immediate"
-            ).queue_name,
+            test_tasks.noop_task.using(queue_name="queue-2", backend="immediate").queue_name,
             "queue-2",
         )
 
@@ -273,13 +260,9 @@ class TaskTestCase(TransactionTestCase):
     def test_module_path(self) -> None:
         # Adapted (django_jobs): the module is tests.upstream.backport.tasks here.
         self.assertEqual(test_tasks.noop_task.module_path, f"{test_tasks.__name__}.noop_task")
-        self.assertEqual(
-            test_tasks.noop_task_async.module_path, f"{test_tasks.__name__}.noop_task_async"
-        )
+        self.assertEqual(test_tasks.noop_task_async.module_path, f"{test_tasks.__name__}.noop_task_async")
 
-        self.assertIs(
-            import_string(test_tasks.noop_task.module_path), test_tasks.noop_task
-        )
+        self.assertIs(import_string(test_tasks.noop_task.module_path), test_tasks.noop_task)
         self.assertIs(
             import_string(test_tasks.noop_task_async.module_path),
             test_tasks.noop_task_async,
@@ -292,32 +275,22 @@ class TaskTestCase(TransactionTestCase):
 
     def test_task_error_invalid_exception(self) -> None:
         with self.assertLogs("django_tasks"):
-            immediate_task = test_tasks.failing_task_value_error.using(
-                backend="immediate"
-            ).enqueue()
+            immediate_task = test_tasks.failing_task_value_error.using(backend="immediate").enqueue()
 
         self.assertEqual(len(immediate_task.errors), 1)
 
-        object.__setattr__(
-            immediate_task.errors[0], "exception_class_path", "subprocess.run"
-        )
+        object.__setattr__(immediate_task.errors[0], "exception_class_path", "subprocess.run")
 
-        with self.assertRaisesMessage(
-            ValueError, "'subprocess.run' does not reference a valid exception."
-        ):
+        with self.assertRaisesMessage(ValueError, "'subprocess.run' does not reference a valid exception."):
             immediate_task.errors[0].exception_class  # noqa: B018
 
     def test_task_error_unknown_module(self) -> None:
         with self.assertLogs("django_tasks"):
-            immediate_task = test_tasks.failing_task_value_error.using(
-                backend="immediate"
-            ).enqueue()
+            immediate_task = test_tasks.failing_task_value_error.using(backend="immediate").enqueue()
 
         self.assertEqual(len(immediate_task.errors), 1)
 
-        object.__setattr__(
-            immediate_task.errors[0], "exception_class_path", "does.not.exist"
-        )
+        object.__setattr__(immediate_task.errors[0], "exception_class_path", "does.not.exist")
 
         with self.assertRaises(ImportError):
             immediate_task.errors[0].exception_class  # noqa: B018

@@ -4,6 +4,7 @@ import unittest
 
 from django.db import transaction
 from django.tasks import TaskResultStatus, default_task_backend, task_backends
+
 # Adapted (django_jobs): the reference backend is replaced by JobsBackend, run at once.
 from tests.upstream.backends import IMMEDIATE_OPTIONS, ImmediateJobsBackend as ImmediateBackend
 from django.tasks.exceptions import InvalidTask
@@ -103,8 +104,7 @@ class ImmediateBackendTestCase(TransactionTestCase):
                 self.assertEqual(result.errors[0].exception_class, exception)
                 traceback = result.errors[0].traceback
                 self.assertIs(
-                    traceback
-                    and traceback.endswith(f"{exception.__name__}: {message}\n"),
+                    traceback and traceback.endswith(f"{exception.__name__}: {message}\n"),
                     True,
                     traceback,
                 )
@@ -114,14 +114,12 @@ class ImmediateBackendTestCase(TransactionTestCase):
 
     # Adapted (django_jobs): does not apply to JobsBackend.
     @unittest.skip(
-        'a task runs on a worker, not in the caller: a KeyboardInterrupt it raises is recorded as its failure, and never reaches enqueue()'
+        "a task runs on a worker, not in the caller: a KeyboardInterrupt it raises is recorded as its failure, and never reaches enqueue()"
     )
     def test_throws_keyboard_interrupt(self):
         with self.assertRaises(KeyboardInterrupt):
             with self.assertNoLogs("django.tasks", level="ERROR"):
-                default_task_backend.enqueue(
-                    test_tasks.failing_task_keyboard_interrupt, [], {}
-                )
+                default_task_backend.enqueue(test_tasks.failing_task_keyboard_interrupt, [], {})
 
     def test_complex_exception(self):
         with self.assertLogs("django.tasks", level="ERROR"):
@@ -138,9 +136,7 @@ class ImmediateBackendTestCase(TransactionTestCase):
 
         self.assertIsNone(result._return_value)
         self.assertEqual(result.errors[0].exception_class, ValueError)
-        self.assertIn(
-            'ValueError(ValueError("This task failed"))', result.errors[0].traceback
-        )
+        self.assertIn('ValueError(ValueError("This task failed"))', result.errors[0].traceback)
 
         self.assertEqual(result.task, test_tasks.complex_exception)
         self.assertEqual(result.args, [])
@@ -161,17 +157,13 @@ class ImmediateBackendTestCase(TransactionTestCase):
         self.assertIn("Unsupported type", result.errors[0].traceback)
 
     def test_result(self):
-        result = default_task_backend.enqueue(
-            test_tasks.calculate_meaning_of_life, [], {}
-        )
+        result = default_task_backend.enqueue(test_tasks.calculate_meaning_of_life, [], {})
 
         self.assertEqual(result.status, TaskResultStatus.SUCCESSFUL)
         self.assertEqual(result.return_value, 42)
 
     async def test_result_async(self):
-        result = await default_task_backend.aenqueue(
-            test_tasks.calculate_meaning_of_life, [], {}
-        )
+        result = await default_task_backend.aenqueue(test_tasks.calculate_meaning_of_life, [], {})
 
         self.assertEqual(result.status, TaskResultStatus.SUCCESSFUL)
         self.assertEqual(result.return_value, 42)
@@ -194,9 +186,7 @@ class ImmediateBackendTestCase(TransactionTestCase):
     # Adapted (django_jobs): does not apply to JobsBackend.
     @unittest.skip("JobsBackend supports refresh(); this checks the reference backend's lack of it")
     async def test_cannot_refresh_result(self):
-        result = await default_task_backend.aenqueue(
-            test_tasks.calculate_meaning_of_life, (), {}
-        )
+        result = await default_task_backend.aenqueue(test_tasks.calculate_meaning_of_life, (), {})
 
         with self.assertRaisesMessage(
             NotImplementedError,
@@ -266,9 +256,7 @@ class ImmediateBackendTestCase(TransactionTestCase):
         self.assertEqual(result.status, TaskResultStatus.SUCCESSFUL)
 
     def test_validate_on_enqueue(self):
-        task_with_custom_queue_name = test_tasks.noop_task.using(
-            queue_name="unknown_queue"
-        )
+        task_with_custom_queue_name = test_tasks.noop_task.using(queue_name="unknown_queue")
 
         with override_settings(
             TASKS={
@@ -279,15 +267,11 @@ class ImmediateBackendTestCase(TransactionTestCase):
                 }
             }
         ):
-            with self.assertRaisesMessage(
-                InvalidTask, "Queue 'unknown_queue' is not valid for backend"
-            ):
+            with self.assertRaisesMessage(InvalidTask, "Queue 'unknown_queue' is not valid for backend"):
                 task_with_custom_queue_name.enqueue()
 
     async def test_validate_on_aenqueue(self):
-        task_with_custom_queue_name = test_tasks.noop_task.using(
-            queue_name="unknown_queue"
-        )
+        task_with_custom_queue_name = test_tasks.noop_task.using(queue_name="unknown_queue")
 
         with override_settings(
             TASKS={
@@ -298,9 +282,7 @@ class ImmediateBackendTestCase(TransactionTestCase):
                 }
             }
         ):
-            with self.assertRaisesMessage(
-                InvalidTask, "Queue 'unknown_queue' is not valid for backend"
-            ):
+            with self.assertRaisesMessage(InvalidTask, "Queue 'unknown_queue' is not valid for backend"):
                 await task_with_custom_queue_name.aenqueue()
 
 

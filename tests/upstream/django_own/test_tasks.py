@@ -13,8 +13,9 @@ from django.tasks import (
     task,
     task_backends,
 )
+
 # Adapted (django_jobs): the reference backends are replaced by JobsBackend.
-from django_jobs.backend import JobsBackend as DummyBackend
+from django_jobs.tasks_framework.backend import JobsBackend as DummyBackend
 from django_jobs.models import Job
 from tests.upstream.backends import IMMEDIATE_OPTIONS, ImmediateJobsBackend as ImmediateBackend
 from django.tasks.base import TASK_MAX_PRIORITY, TASK_MIN_PRIORITY, Task
@@ -49,7 +50,6 @@ from . import tasks as test_tasks
 )
 # Adapted (django_jobs): JobsBackend stores tasks in the database, emptied after each test.
 class TaskTestCase(TransactionTestCase):
-
     def test_using_correct_backend(self):
         self.assertEqual(default_task_backend, task_backends["default"])
         self.assertIsInstance(task_backends["default"], DummyBackend)
@@ -97,9 +97,7 @@ class TaskTestCase(TransactionTestCase):
 
     def test_using_queue_name(self):
         self.assertEqual(test_tasks.noop_task.queue_name, DEFAULT_TASK_QUEUE_NAME)
-        self.assertEqual(
-            test_tasks.noop_task.using(queue_name="queue_1").queue_name, "queue_1"
-        )
+        self.assertEqual(test_tasks.noop_task.using(queue_name="queue_1").queue_name, "queue_1")
         self.assertEqual(test_tasks.noop_task.queue_name, DEFAULT_TASK_QUEUE_NAME)
 
     def test_using_run_after(self):
@@ -112,9 +110,7 @@ class TaskTestCase(TransactionTestCase):
     def test_using_unknown_backend(self):
         self.assertEqual(test_tasks.noop_task.backend, "default")
 
-        with self.assertRaisesMessage(
-            InvalidTaskBackend, "The connection 'unknown' doesn't exist."
-        ):
+        with self.assertRaisesMessage(InvalidTaskBackend, "The connection 'unknown' doesn't exist."):
             test_tasks.noop_task.using(backend="unknown")
 
     def test_using_missing_backend(self):
@@ -160,30 +156,25 @@ class TaskTestCase(TransactionTestCase):
         self.assertEqual(dataclasses.asdict(result), original_result)
 
     def test_naive_datetime(self):
-        with self.assertRaisesMessage(
-            InvalidTask, "run_after must be an aware datetime."
-        ):
+        with self.assertRaisesMessage(InvalidTask, "run_after must be an aware datetime."):
             test_tasks.noop_task.using(run_after=datetime.now())
 
     def test_invalid_priority(self):
         with self.assertRaisesMessage(
             InvalidTask,
-            f"priority must be a whole number between {TASK_MIN_PRIORITY} and "
-            f"{TASK_MAX_PRIORITY}.",
+            f"priority must be a whole number between {TASK_MIN_PRIORITY} and {TASK_MAX_PRIORITY}.",
         ):
             test_tasks.noop_task.using(priority=-101)
 
         with self.assertRaisesMessage(
             InvalidTask,
-            f"priority must be a whole number between {TASK_MIN_PRIORITY} and "
-            f"{TASK_MAX_PRIORITY}.",
+            f"priority must be a whole number between {TASK_MIN_PRIORITY} and {TASK_MAX_PRIORITY}.",
         ):
             test_tasks.noop_task.using(priority=101)
 
         with self.assertRaisesMessage(
             InvalidTask,
-            f"priority must be a whole number between {TASK_MIN_PRIORITY} and "
-            f"{TASK_MAX_PRIORITY}.",
+            f"priority must be a whole number between {TASK_MIN_PRIORITY} and {TASK_MAX_PRIORITY}.",
         ):
             test_tasks.noop_task.using(priority=3.1)
 
@@ -192,15 +183,11 @@ class TaskTestCase(TransactionTestCase):
         test_tasks.noop_task.using(priority=0)
 
     def test_unknown_queue_name(self):
-        with self.assertRaisesMessage(
-            InvalidTask, "Queue 'queue-2' is not valid for backend."
-        ):
+        with self.assertRaisesMessage(InvalidTask, "Queue 'queue-2' is not valid for backend."):
             test_tasks.noop_task.using(queue_name="queue-2")
         # Validation is bypassed when the backend QUEUES is an empty list.
         self.assertEqual(
-            test_tasks.noop_task.using(
-                queue_name="queue-2", backend="immediate"
-            ).queue_name,
+            test_tasks.noop_task.using(queue_name="queue-2", backend="immediate").queue_name,
             "queue-2",
         )
 
@@ -273,13 +260,9 @@ class TaskTestCase(TransactionTestCase):
     def test_module_path(self):
         # Adapted (django_jobs): the module is tests.upstream.django_own.tasks here.
         self.assertEqual(test_tasks.noop_task.module_path, f"{test_tasks.__name__}.noop_task")
-        self.assertEqual(
-            test_tasks.noop_task_async.module_path, f"{test_tasks.__name__}.noop_task_async"
-        )
+        self.assertEqual(test_tasks.noop_task_async.module_path, f"{test_tasks.__name__}.noop_task_async")
 
-        self.assertIs(
-            import_string(test_tasks.noop_task.module_path), test_tasks.noop_task
-        )
+        self.assertIs(import_string(test_tasks.noop_task.module_path), test_tasks.noop_task)
         self.assertIs(
             import_string(test_tasks.noop_task_async.module_path),
             test_tasks.noop_task_async,
@@ -317,32 +300,22 @@ class TaskTestCase(TransactionTestCase):
 
     def test_task_error_invalid_exception(self):
         with self.assertLogs("django.tasks"):
-            immediate_task = test_tasks.failing_task_value_error.using(
-                backend="immediate"
-            ).enqueue()
+            immediate_task = test_tasks.failing_task_value_error.using(backend="immediate").enqueue()
 
         self.assertEqual(len(immediate_task.errors), 1)
 
-        object.__setattr__(
-            immediate_task.errors[0], "exception_class_path", "subprocess.run"
-        )
+        object.__setattr__(immediate_task.errors[0], "exception_class_path", "subprocess.run")
 
-        with self.assertRaisesMessage(
-            ValueError, "'subprocess.run' does not reference a valid exception."
-        ):
+        with self.assertRaisesMessage(ValueError, "'subprocess.run' does not reference a valid exception."):
             immediate_task.errors[0].exception_class
 
     def test_task_error_unknown_module(self):
         with self.assertLogs("django.tasks"):
-            immediate_task = test_tasks.failing_task_value_error.using(
-                backend="immediate"
-            ).enqueue()
+            immediate_task = test_tasks.failing_task_value_error.using(backend="immediate").enqueue()
 
         self.assertEqual(len(immediate_task.errors), 1)
 
-        object.__setattr__(
-            immediate_task.errors[0], "exception_class_path", "does.not.exist"
-        )
+        object.__setattr__(immediate_task.errors[0], "exception_class_path", "does.not.exist")
 
         with self.assertRaises(ImportError):
             immediate_task.errors[0].exception_class

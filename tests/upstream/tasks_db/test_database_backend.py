@@ -45,6 +45,7 @@ contract:
 - ``CompatTestCase`` (its compat module), ``DBTaskResultOrderingTestCase`` (its model's default
   ordering; the claim order is ``test_run_after_priority`` below), ``AdminTestCase`` (its admin).
 """
+
 import contextlib
 import logging
 import os
@@ -96,13 +97,14 @@ except (ImportError, ModuleNotFoundError):
 
 # Adapted (django_jobs): the reference backend, its table and its worker are JobsBackend, the
 # job table and a burst worker.
-from django_jobs.backend import JobsBackend as DatabaseBackend
+from django_jobs.tasks_framework.backend import JobsBackend as DatabaseBackend
 from django_jobs.models import Job as DBTaskResult
 from django_jobs.testing import run_jobs
 from tests.upstream.backends import IMMEDIATE_OPTIONS
 
 # Adapted (django_jobs): the module is tests.upstream.tasks_db.tasks here.
 from . import tasks as test_tasks
+
 
 # Adapted (django_jobs): the reference's ready() is the jobs a worker could claim now.
 def ready() -> QuerySet[DBTaskResult]:
@@ -125,14 +127,10 @@ class DatabaseBackendTestCase(TransactionTestCase):
     ) -> Iterator[list[tuple[type[DatabaseBackend], Any]]]:
         received: list[tuple[type[DatabaseBackend], Any]] = []
 
-        def capture_signal(
-            sender: type[DatabaseBackend], task_result: Any, **kwargs: Any
-        ) -> None:
+        def capture_signal(sender: type[DatabaseBackend], task_result: Any, **kwargs: Any) -> None:
             received.append((sender, task_result))
 
-        task_enqueued.connect(
-            capture_signal, dispatch_uid="db_enqueue_signal", weak=False
-        )
+        task_enqueued.connect(capture_signal, dispatch_uid="db_enqueue_signal", weak=False)
         try:
             yield received
         finally:
@@ -229,9 +227,7 @@ class DatabaseBackendTestCase(TransactionTestCase):
         )
 
     def test_refresh_result(self) -> None:
-        result = default_task_backend.enqueue(
-            test_tasks.calculate_meaning_of_life, [], {}
-        )
+        result = default_task_backend.enqueue(test_tasks.calculate_meaning_of_life, [], {})
 
         # Adapted (django_jobs): the job's row, written as the worker's completion writes it.
         DBTaskResult.objects.all().update(**self._complete_in_the_table())
@@ -255,9 +251,7 @@ class DatabaseBackendTestCase(TransactionTestCase):
         self.assertEqual(result.attempts, 1)
 
     async def test_refresh_result_async(self) -> None:
-        result = await default_task_backend.aenqueue(
-            test_tasks.calculate_meaning_of_life, [], {}
-        )
+        result = await default_task_backend.aenqueue(test_tasks.calculate_meaning_of_life, [], {})
 
         # Adapted (django_jobs): the job's row, written as the worker's completion writes it.
         await DBTaskResult.objects.all().aupdate(**self._complete_in_the_table())
@@ -340,31 +334,19 @@ class DatabaseBackendTestCase(TransactionTestCase):
     # needs a type, a queue and a payload where the reference's needs a path and a backend.
     def test_priority_range_check(self) -> None:
         with self.assertRaises(IntegrityError):
-            DBTaskResult.objects.create(
-                type="", queue="default", priority=-101, payload={}
-            )
+            DBTaskResult.objects.create(type="", queue="default", priority=-101, payload={})
 
         with self.assertRaises(IntegrityError):
-            DBTaskResult.objects.create(
-                type="", queue="default", priority=101, payload={}
-            )
+            DBTaskResult.objects.create(type="", queue="default", priority=101, payload={})
 
         # Django accepts the float, but only stores an int
-        result = DBTaskResult.objects.create(
-            type="", queue="default", priority=3.1, payload={}
-        )
+        result = DBTaskResult.objects.create(type="", queue="default", priority=3.1, payload={})
         result.refresh_from_db()
         self.assertEqual(result.priority, 3)
 
-        DBTaskResult.objects.create(
-            type="", queue="default", priority=100, payload={}
-        )
-        DBTaskResult.objects.create(
-            type="", queue="default", priority=-100, payload={}
-        )
-        DBTaskResult.objects.create(
-            type="", queue="default", priority=0, payload={}
-        )
+        DBTaskResult.objects.create(type="", queue="default", priority=100, payload={})
+        DBTaskResult.objects.create(type="", queue="default", priority=-100, payload={})
+        DBTaskResult.objects.create(type="", queue="default", priority=0, payload={})
 
     # Adapted (django_jobs): the class's TASKS setting is JobsBackend's already.
     def test_doesnt_wait_until_transaction_commit(self) -> None:
@@ -420,9 +402,7 @@ class DatabaseBackendTestCase(TransactionTestCase):
                 with override_settings(USE_TZ=use_tz):
                     result = test_tasks.noop_task.enqueue()
                     # Adapted (django_jobs): the task as the backend reads it back.
-                    self.assertIsNone(
-                        default_task_backend.get_result(result.id).task.run_after
-                    )
+                    self.assertIsNone(default_task_backend.get_result(result.id).task.run_after)
 
     def test_validate_on_enqueue(self) -> None:
         with override_settings(
@@ -433,13 +413,9 @@ class DatabaseBackendTestCase(TransactionTestCase):
                 }
             }
         ):
-            task_with_custom_queue_name = test_tasks.noop_task.using(
-                queue_name="unknown_queue"
-            )
+            task_with_custom_queue_name = test_tasks.noop_task.using(queue_name="unknown_queue")
 
-        with self.assertRaisesMessage(
-            InvalidTask, "Queue 'unknown_queue' is not valid for backend"
-        ):
+        with self.assertRaisesMessage(InvalidTask, "Queue 'unknown_queue' is not valid for backend"):
             task_with_custom_queue_name.enqueue()
 
     async def test_validate_on_aenqueue(self) -> None:
@@ -451,13 +427,9 @@ class DatabaseBackendTestCase(TransactionTestCase):
                 }
             }
         ):
-            task_with_custom_queue_name = test_tasks.noop_task.using(
-                queue_name="unknown_queue"
-            )
+            task_with_custom_queue_name = test_tasks.noop_task.using(queue_name="unknown_queue")
 
-        with self.assertRaisesMessage(
-            InvalidTask, "Queue 'unknown_queue' is not valid for backend"
-        ):
+        with self.assertRaisesMessage(InvalidTask, "Queue 'unknown_queue' is not valid for backend"):
             await task_with_custom_queue_name.aenqueue()
 
 
@@ -572,8 +544,7 @@ class DatabaseBackendWorkerTestCase(TransactionTestCase):
         self.assertEqual(result.errors[0].exception_class, ValueError)
         traceback = result.errors[0].traceback
         self.assertTrue(
-            traceback
-            and traceback.endswith("ValueError: This task failed due to ValueError\n"),
+            traceback and traceback.endswith("ValueError: This task failed due to ValueError\n"),
             traceback,
         )
 
@@ -598,9 +569,7 @@ class DatabaseBackendWorkerTestCase(TransactionTestCase):
             result.return_value  # noqa: B018
 
         self.assertEqual(result.errors[0].exception_class, ValueError)
-        self.assertIn(
-            'ValueError(ValueError("This task failed"))', result.errors[0].traceback
-        )
+        self.assertIn('ValueError(ValueError("This task failed"))', result.errors[0].traceback)
 
         self.assertEqual(ready().count(), 0)
 
@@ -625,9 +594,7 @@ class DatabaseBackendWorkerTestCase(TransactionTestCase):
         self.assertIn("Unsupported type", result.errors[0].traceback)
 
     def test_run_after(self) -> None:
-        result = test_tasks.noop_task.using(
-            run_after=timezone.now() + timedelta(hours=10)
-        ).enqueue()
+        result = test_tasks.noop_task.using(run_after=timezone.now() + timedelta(hours=10)).enqueue()
 
         self.assertEqual(DBTaskResult.objects.count(), 1)
         self.assertEqual(ready().count(), 0)
@@ -665,9 +632,7 @@ class DatabaseBackendWorkerTestCase(TransactionTestCase):
             priority=10, run_after=timezone.now() + timedelta(hours=10)
         ).enqueue()
 
-        future_result = test_tasks.noop_task.using(
-            run_after=timezone.now() + timedelta(hours=2)
-        ).enqueue()
+        future_result = test_tasks.noop_task.using(run_after=timezone.now() + timedelta(hours=2)).enqueue()
 
         high_priority_result = test_tasks.noop_task.using(priority=10).enqueue()
 
@@ -880,7 +845,11 @@ class DatabaseWorkerProcessTestCase(TransactionTestCase):
             cwd=Path(__file__).resolve().parents[3],
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
-            env={**os.environ, "DATABASE_URL": database_url, "DJANGO_SETTINGS_MODULE": "testproject.settings"},
+            env={
+                **os.environ,
+                "DATABASE_URL": database_url,
+                "DJANGO_SETTINGS_MODULE": "testproject.settings",
+            },
             text=True,
         )
         self.processes.append(p)

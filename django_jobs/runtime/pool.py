@@ -1,6 +1,6 @@
 """The supervised executor pool: threads that each run one claimed job at a time.
 
-Every slot runs :func:`django_jobs.executor.execute`, which never raises, inside a loop that
+Every slot runs :func:`django_jobs.runtime.executor.execute`, which never raises, inside a loop that
 catches anything left (a bug of ours, a ``BaseException`` from a finally clause), so a slot is
 never lost to a job. The pool knows each slot's state:
 
@@ -30,9 +30,9 @@ from dataclasses import dataclass, field
 from django.db import connections
 
 from django_jobs import logs
-from django_jobs.context import Lease
 from django_jobs.decision import Happened
-from django_jobs.executor import Finished
+from django_jobs.runtime.context import Lease
+from django_jobs.runtime.executor import Finished
 from django_jobs.transitions import Claim
 
 logger = logging.getLogger("django_jobs.pool")

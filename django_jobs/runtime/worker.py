@@ -4,14 +4,14 @@ batches, and shuts down without ever letting two executions of a job run at once
 Threads and their roles:
 - the *main* thread claims (one statement per batch), gives back what the pool should not
   keep, and handles signals; it owns one database connection;
-- the *outcome writer* writes what the slots finished through :mod:`django_jobs.outcomes` (one
+- the *outcome writer* writes what the slots finished through :mod:`django_jobs.runtime.outcomes` (one
   statement per batch), on a connection of its own: the next claim, the jobs running and the
   last batch's outcomes overlap instead of waiting for each other;
-- the *executor pool* (:mod:`django_jobs.pool`): N slots, each running one job at a time on its
+- the *executor pool* (:mod:`django_jobs.runtime.pool`): N slots, each running one job at a time on its
   own database connection, supervised;
 - the *heartbeat* thread extends leases and runs the executions' side writes;
 - the *reaper* thread, unless ``--no-reaper``;
-- the *scheduler* thread (:mod:`django_jobs.scheduler`) when schedules are declared, unless the
+- the *scheduler* thread (:mod:`django_jobs.maintenance.scheduler`) when schedules are declared, unless the
   worker drains and exits (``--burst``).
 
 A claimed job is either running in a slot or waiting in the pool's buffer. The worker claims
@@ -44,23 +44,24 @@ from django.conf import settings
 from django.db import Error as DatabaseError  # every database error, InterfaceError included
 from django.db import connections
 
-from django_jobs import connectivity, logs, outcomes, signals, transitions
+from django_jobs import logs, signals, transitions
 from django_jobs.conf import jobs_settings
-from django_jobs.context import Lease
 from django_jobs.decision import Happened
 from django_jobs.errors import DATABASE_UNAVAILABLE, ErrorCode
-from django_jobs.executor import Finished, execute
-from django_jobs.heartbeat import Heartbeat
-from django_jobs.listener import Listener
-from django_jobs.liveness import Liveness
-from django_jobs.metrics import recorder as metrics_recorder  # `metrics` is Worker's flag
+from django_jobs.maintenance.reaper import ReaperLoop
+from django_jobs.maintenance.scheduler import SchedulerLoop
 from django_jobs.models import Job
-from django_jobs.pool import ExecutorPool, Held
-from django_jobs.probes import HealthFile
-from django_jobs.process_pool import ProcessPool
-from django_jobs.reaper import ReaperLoop
+from django_jobs.observe.liveness import Liveness
+from django_jobs.observe.metrics import recorder as metrics_recorder  # `metrics` is Worker's flag
+from django_jobs.observe.probes import HealthFile
 from django_jobs.registry import JobType, registry
-from django_jobs.scheduler import SchedulerLoop
+from django_jobs.runtime import connectivity, outcomes
+from django_jobs.runtime.context import Lease
+from django_jobs.runtime.executor import Finished, execute
+from django_jobs.runtime.heartbeat import Heartbeat
+from django_jobs.runtime.listener import Listener
+from django_jobs.runtime.pool import ExecutorPool, Held
+from django_jobs.runtime.process_pool import ProcessPool
 from django_jobs.schedules import declared_schedules
 from django_jobs.transitions import Claim, ClaimStatement
 

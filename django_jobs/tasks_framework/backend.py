@@ -31,14 +31,15 @@ from django.core import checks
 from django.core.exceptions import ImproperlyConfigured
 from django.utils.module_loading import import_string
 
-from django_jobs import taskapi, taskrun
 from django_jobs.backoff import Backoff
 from django_jobs.conf import DEFAULTS
 from django_jobs.enqueueing import enqueue
 from django_jobs.errors import EnqueueError
 from django_jobs.jsonvalues import plain_json_problem
 from django_jobs.registry import QUEUE_RE
-from django_jobs.taskapi import ArgumentsNotJSON, InvalidTask, TaskResultDoesNotExist
+from django_jobs.tasks_framework import api as taskapi
+from django_jobs.tasks_framework import run as taskrun
+from django_jobs.tasks_framework.api import ArgumentsNotJSON, InvalidTask, TaskResultDoesNotExist
 
 #: Every family's InvalidTask: the base class raises its own family's.
 _INVALID_TASK: tuple[type[Exception], ...] = tuple(f.InvalidTask for f in taskapi.FAMILIES)

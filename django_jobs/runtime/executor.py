@@ -31,11 +31,11 @@ from django.db import DatabaseError, connections
 
 from django_jobs import logs
 from django_jobs.conf import jobs_settings
-from django_jobs.context import JobContext, Lease, LeaseLost, SideWriter
 from django_jobs.decision import Happened, happened_for
 from django_jobs.errors import AMBIGUOUS_CODES, DATABASE_UNAVAILABLE, ErrorCode, PermanentError
 from django_jobs.registry import JobType, Reconciliation, registry
 from django_jobs.results import encode_result
+from django_jobs.runtime.context import JobContext, Lease, LeaseLost, SideWriter
 from django_jobs.sanitize import storable_text
 from django_jobs.transitions import Claim
 

@@ -28,16 +28,17 @@ from django.db.models.expressions import RawSQL
 from django.utils import timezone
 from django.utils.module_loading import import_string
 
-from django_jobs import signals, taskapi
+from django_jobs import signals
 from django_jobs.backoff import Backoff
 from django_jobs.conf import jobs_settings
-from django_jobs.context import JobContext
 from django_jobs.errors import ResultNotJSON
-from django_jobs.executor import call
 from django_jobs.models import Job, JobEvent
 from django_jobs.registry import NAME_RE, JobType, registry
+from django_jobs.runtime.context import JobContext
+from django_jobs.runtime.executor import call
 from django_jobs.states import EventKind, JobStatus
-from django_jobs.taskresults import STATUS, task_result
+from django_jobs.tasks_framework import api as taskapi
+from django_jobs.tasks_framework.results import STATUS, task_result
 
 logger = logging.getLogger("django_jobs.tasks")
 

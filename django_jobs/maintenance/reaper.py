@@ -43,13 +43,15 @@ from typing import Any
 from django.db import connections
 from django.db.models.functions import Now
 
-from django_jobs import connectivity, consolelog, logs, signals, transitions
+from django_jobs import logs, signals, transitions
 from django_jobs.backoff import Random
 from django_jobs.conf import jobs_settings
+from django_jobs.console import audit as consolelog
 from django_jobs.decision import Happened, Situation, decide
 from django_jobs.errors import AMBIGUOUS_CODES, DATABASE_UNAVAILABLE, ErrorCode
 from django_jobs.models import Job, LiveWorker
 from django_jobs.registry import registry, retry_policy
+from django_jobs.runtime import connectivity
 from django_jobs.states import EventKind, JobStatus
 from django_jobs.transitions import Expired, Recovery
 
@@ -306,7 +308,10 @@ def prune_ticks(limit: int = 10 * BATCH) -> int:
 
 #: What each pass does after recovery and retention, in order.
 HOUSEKEEPING: tuple[Callable[[], int], ...] = (
-    forget_silent_workers, tidy_limits, prune_ticks, consolelog.deliver_pending,
+    forget_silent_workers,
+    tidy_limits,
+    prune_ticks,
+    consolelog.deliver_pending,
 )
 
 

@@ -1,7 +1,7 @@
 """The outcome writer: turns finished executions into status writes, in batches, and cannot be
 poisoned by what a handler reported.
 
-Each :class:`~django_jobs.executor.Finished` goes through :func:`django_jobs.decision.decide`
+Each :class:`~django_jobs.runtime.executor.Finished` goes through :func:`django_jobs.decision.decide`
 and becomes an :class:`~django_jobs.transitions.Outcome` whose every field is storable: the
 error text without NUL characters and bounded, the code a bounded string, the delay clamped.
 If the database still refuses a batch for its data, the batch is written one row at a time,
@@ -24,9 +24,9 @@ from django_jobs.backoff import Backoff, Random
 from django_jobs.conf import jobs_settings
 from django_jobs.decision import MAX_RETRY_DELAY, Happened, Situation, decide
 from django_jobs.errors import DATABASE_UNAVAILABLE, ErrorCode
-from django_jobs.executor import Finished
 from django_jobs.models import Job
 from django_jobs.registry import registry, retry_policy
+from django_jobs.runtime.executor import Finished
 from django_jobs.sanitize import error_code, storable_text
 from django_jobs.states import EventKind, JobStatus
 from django_jobs.transitions import Outcome

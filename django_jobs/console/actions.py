@@ -8,7 +8,7 @@ from the console, from Python (``django_jobs.retry`` / ``django_jobs.cancel``) o
 - all of it in one transaction of the jobs database (:func:`consolelog.audited_change`): a
   crash between the writes leaves all or none of them, and a refused action writes nothing.
   When the admin's log lives on another database, its entry follows the commit (the event is
-  the record of truth; see :mod:`django_jobs.consolelog`).
+  the record of truth; see :mod:`django_jobs.console.audit`).
 """
 
 from __future__ import annotations
@@ -18,11 +18,12 @@ import os
 import socket
 from typing import TYPE_CHECKING
 
-from django_jobs import consolelog, transitions
+from django_jobs import transitions
 from django_jobs.conf import jobs_settings
-from django_jobs.diagnosis import MAX_JOB_ID
+from django_jobs.console import audit as consolelog
 from django_jobs.errors import JobNotFound
 from django_jobs.models import Job
+from django_jobs.observe.diagnosis import MAX_JOB_ID
 from django_jobs.states import JobStatus
 from django_jobs.transitions import ActionRefused, CancelResult
 

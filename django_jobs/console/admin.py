@@ -39,10 +39,15 @@ from django.utils.html import format_html
 from django.utils.http import urlencode
 from django.views.decorators.http import require_http_methods
 
-from django_jobs import consolelog, dashboard, diagnosis, masking, operations, queues, transitions
+from django_jobs import masking, transitions
 from django_jobs.conf import jobs_settings
+from django_jobs.console import actions as operations
+from django_jobs.console import audit as consolelog
+from django_jobs.console import dashboard
+from django_jobs.console import pausing as queues
 from django_jobs.errors import JobNotFound
 from django_jobs.models import ExternalCall, Job, JobEvent, Queue
+from django_jobs.observe import diagnosis
 from django_jobs.registry import QUEUE_RE
 from django_jobs.states import JobStatus
 
@@ -749,4 +754,4 @@ def _duration(delta: dt.timedelta) -> str:
 
 
 # The schedule ticks page registers itself on import.
-from django_jobs import schedule_admin  # noqa: E402, F401
+from django_jobs.console import schedules as schedule_admin  # noqa: E402, F401

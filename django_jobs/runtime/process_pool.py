@@ -42,11 +42,11 @@ from multiprocessing.process import BaseProcess
 from typing import Any
 
 from django_jobs import logs
-from django_jobs.context import Lease
 from django_jobs.decision import Happened
 from django_jobs.errors import ErrorCode
-from django_jobs.executor import Finished
-from django_jobs.pool import ExecutorPool, Held
+from django_jobs.runtime.context import Lease
+from django_jobs.runtime.executor import Finished
+from django_jobs.runtime.pool import ExecutorPool, Held
 from django_jobs.transitions import Claim
 
 logger = logging.getLogger("django_jobs.pool")
@@ -274,11 +274,11 @@ def child_main(conn: Connection, cancel: Any, lost: Any, parent_pid: int) -> Non
     import django
 
     django.setup()
-    from django_jobs import connectivity
-    from django_jobs.executor import execute
+    from django_jobs.runtime import connectivity
+    from django_jobs.runtime.executor import execute
 
     connectivity.apply_connection_options()  # the worker's: a dead peer is noticed in seconds
-    from django_jobs.heartbeat import Heartbeat
+    from django_jobs.runtime.heartbeat import Heartbeat
 
     # Side writes (heartbeat, progress, checkpoint) run on a thread with a connection of its
     # own, never inside the handler's transaction, as in the worker.

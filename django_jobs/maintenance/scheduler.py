@@ -24,11 +24,12 @@ from typing import Any
 
 from django.db import connections, transaction
 
-from django_jobs import connectivity, logs, transitions
+from django_jobs import logs, transitions
 from django_jobs.conf import jobs_settings
 from django_jobs.enqueueing import enqueue
 from django_jobs.errors import DATABASE_UNAVAILABLE
 from django_jobs.models import Job
+from django_jobs.runtime import connectivity
 from django_jobs.schedules import Schedule, declared_schedules
 
 logger = logging.getLogger("django_jobs.scheduler")

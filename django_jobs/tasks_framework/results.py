@@ -28,7 +28,7 @@ from typing import Any
 
 from django_jobs.models import Job, JobEvent
 from django_jobs.states import EventKind, JobStatus
-from django_jobs.taskapi import Family, set_return_value, status
+from django_jobs.tasks_framework.api import Family, set_return_value, status
 
 STATUS = {
     JobStatus.PENDING: "READY",
@@ -41,7 +41,7 @@ STATUS = {
 }
 
 #: An execution that the reaper took back raised nothing we saw: its error is a lost lease.
-_LOST = "django_jobs.context.LeaseLost"
+_LOST = "django_jobs.runtime.context.LeaseLost"
 
 #: Our errors that stand where the framework's own backends record a builtin one: the task's
 #: error names the builtin, as code written for them compares it (``exception_class is

@@ -18,8 +18,8 @@ from typing import Any
 from django.core.exceptions import ImproperlyConfigured
 from django.dispatch import Signal
 
-from django_jobs.context import JobContext
 from django_jobs.errors import EnqueueError
+from django_jobs.runtime.context import JobContext
 
 
 @dataclass(frozen=True)

@@ -14,9 +14,9 @@ from django.http import HttpRequest, HttpResponse
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET
 
-from django_jobs import metrics
 from django_jobs.conf import jobs_settings
-from django_jobs.dashboard import queue_rows
+from django_jobs.console.dashboard import queue_rows
+from django_jobs.observe import metrics
 
 
 @require_GET

@@ -25,10 +25,11 @@ from typing import Any, TypeVar
 
 from django.db import connections
 
-from django_jobs import connectivity, logs, transitions
+from django_jobs import logs, transitions
 from django_jobs.conf import jobs_settings
-from django_jobs.context import Lease
 from django_jobs.errors import DATABASE_UNAVAILABLE
+from django_jobs.runtime import connectivity
+from django_jobs.runtime.context import Lease
 
 logger = logging.getLogger("django_jobs.heartbeat")
 
