@@ -26,7 +26,7 @@ from django.views.decorators.http import require_http_methods
 from django_jobs import transitions
 from django_jobs.conf import jobs_settings
 from django_jobs.console import audit as consolelog
-from django_jobs.maintenance.scheduler import run_now
+from django_jobs.maintenance.periodic import run_now
 from django_jobs.models import Job, ScheduleState, ScheduleTick
 from django_jobs.schedules import Schedule, declared_schedules
 

@@ -48,8 +48,8 @@ from django_jobs import logs, signals, transitions
 from django_jobs.conf import jobs_settings
 from django_jobs.decision import Happened
 from django_jobs.errors import DATABASE_UNAVAILABLE, ErrorCode
+from django_jobs.maintenance.periodic import SchedulerLoop
 from django_jobs.maintenance.reaper import ReaperLoop
-from django_jobs.maintenance.scheduler import SchedulerLoop
 from django_jobs.models import Job
 from django_jobs.observe.liveness import Liveness
 from django_jobs.observe.metrics import recorder as metrics_recorder  # `metrics` is Worker's flag

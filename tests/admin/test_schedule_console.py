@@ -11,7 +11,7 @@ from django.contrib.auth.models import User
 from django.db import connection
 from django.test import Client
 
-from django_jobs.maintenance.scheduler import fire
+from django_jobs.maintenance.periodic import fire
 from django_jobs.models import Job, ScheduleEvent, ScheduleState, ScheduleTick
 from django_jobs.schedules import declared_schedules
 from tests.admin.console import staff

@@ -5,7 +5,6 @@ from __future__ import annotations
 import datetime as dt
 import json
 import threading
-import time
 import uuid
 from collections.abc import Callable
 from typing import Any
@@ -17,7 +16,7 @@ from django.test import override_settings
 from django.utils import timezone
 
 from django_jobs import transitions
-from django_jobs.maintenance import reaper
+from django_jobs.maintenance import pruner, reaper
 from django_jobs.models import Job, JobEvent
 from django_jobs.runtime.context import JobContext, Lease, LeaseLost
 from django_jobs.states import EventKind, JobStatus
@@ -143,25 +142,33 @@ def test_retention_that_runs_out_of_time_says_so_and_the_loop_goes_on_at_once() 
             [reaper.BATCH * 2 + 7],
         )
     with override_settings(DJANGO_JOBS={"RETENTION": {"completed": 86400}, "REAPER_INTERVAL": 600}):
-        assert reaper._prune(None, budget=0.0) == ({"completed": reaper.BATCH}, True)
+        assert pruner.run_once(budget=0.0) == ({"completed": reaper.BATCH}, True)
         result = reaper.run_once()  # half of 600 s is plenty for the rest
         assert result.pruned == {"completed": reaper.BATCH + 7} and not result.retention_behind
         assert not Job.objects.exists()
 
-        stop = threading.Event()
+        stop = PacedStop()
         loop = reaper.ReaperLoop(stop, interval=600)
         loop._behind = True  # as after a pass that ran out of time
         JobFactory(completed=True, finished_at=timezone.now() - dt.timedelta(days=30))
-        loop.start()
-        try:
-            deadline = time.monotonic() + 10
-            while loop.passes < 1 and time.monotonic() < deadline:
-                time.sleep(0.05)
-            assert loop.passes == 1, "the loop waited an interval although retention was behind"
-            assert not Job.objects.exists() and not loop._behind  # caught up: back to the interval
-        finally:
-            stop.set()
-            loop.join(5)
+        loop.run_forever(stop)  # on this thread: it stops at the first wait that is not immediate
+        assert stop.asked[0] == 0.0, "the loop waited an interval although retention was behind"
+        assert loop.passes == 1
+        assert not Job.objects.exists() and not loop._behind  # caught up: back to the interval
+        assert 0.8 * 600 <= stop.asked[1] <= 1.2 * 600
+
+
+class PacedStop(threading.Event):
+    """A stop event that records the waits a loop asks of it and answers at once: an immediate
+    wait lets the loop go on, any longer one stops it. The loop's pacing, without waiting it out."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.asked: list[float | None] = []
+
+    def wait(self, timeout: float | None = None) -> bool:
+        self.asked.append(timeout)
+        return self.is_set() or timeout != 0.0
 
 
 def test_reapjobs_command_reports_what_it_did(capsys: pytest.CaptureFixture[str]) -> None:

@@ -10,8 +10,8 @@ from django.db import connection
 from django.test import override_settings
 
 from django_jobs.checks import check_schedules
-from django_jobs.maintenance.reaper import prune_ticks
-from django_jobs.maintenance.scheduler import SchedulerLoop, fire
+from django_jobs.maintenance.periodic import SchedulerLoop, fire
+from django_jobs.maintenance.pruner import prune_ticks
 from django_jobs.models import Job, ScheduleTick
 from django_jobs.schedules import Schedule
 
@@ -90,8 +90,8 @@ def test_a_restarted_scheduler_coalesces_the_ticks_it_missed_into_one_run() -> N
     fire(schedule, last_tick() - dt.timedelta(minutes=5))  # the last tick before "the outage"
     loop = SchedulerLoop(stop=None, worker_id="w")  # type: ignore[arg-type]  # not started
     loop.schedules = [schedule]
-    loop._resume()
-    assert loop._fire_due() is False
+    ticked = loop.run_once()
+    assert ticked.failed == 0 and ticked.fired == {"enqueued": 1}
     rows = list(ScheduleTick.objects.order_by("tick_at").values_list("tick_at", "outcome", "coalesced"))
     assert rows == [
         (last_tick() - dt.timedelta(minutes=5), "enqueued", 0),
@@ -103,10 +103,9 @@ def test_a_restarted_scheduler_coalesces_the_ticks_it_missed_into_one_run() -> N
 def test_a_new_schedule_does_not_backfill_the_past() -> None:
     loop = SchedulerLoop(stop=None, worker_id="w")  # type: ignore[arg-type]  # not started
     loop.schedules = [EVERY_MINUTE]
-    loop._resume()
-    loop._fire_due()
-    assert not ScheduleTick.objects.exists()
-    assert 0 < loop._seconds_to_next_tick() <= 60.01
+    ticked = loop.run_once()
+    assert not ScheduleTick.objects.exists() and ticked.fired == {}
+    assert 0 < ticked.next_tick_in <= 60.01
 
 
 def test_retention_prunes_old_tick_records_but_keeps_each_schedules_latest() -> None:

@@ -11,6 +11,19 @@ are coalesced into one run of the latest of them (its row counts the others in
 ``coalesced``); when even that one is older than the schedule's ``misfire_grace``, it is
 recorded as ``missed`` and nothing is enqueued. A schedule that never ticked starts with the
 first tick after the worker starts: declaring a schedule does not backfill the past.
+
+Options: ``SCHEDULES`` (none by default), read once when the loop starts
+(:func:`~django_jobs.schedules.declared_schedules`); each schedule's ``misfire_grace`` and
+``on_running``. ``DATABASE`` names the connection.
+
+Defaults: after a failed pass, or a tick that could not be enqueued, the loop asks again after
+:data:`OUTAGE_RETRY` (2 s); across a pause longer than :data:`HOLD_CONNECTION_FOR` (10 s) it
+holds no connection.
+
+Caveats: a tick that cannot be enqueued (say, its payload no longer validates) is logged, rolled
+back and retried, and does not stop the other schedules. Ticks older than the schedule tick
+retention are pruned by the reaper, except each schedule's latest. Logs under
+``django_jobs.scheduler``.
 """
 
 from __future__ import annotations
@@ -20,16 +33,16 @@ import logging
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
-from django.db import connections, transaction
+from django.db import transaction
 
 from django_jobs import logs, transitions
 from django_jobs.conf import jobs_settings
 from django_jobs.enqueueing import enqueue
 from django_jobs.errors import DATABASE_UNAVAILABLE
+from django_jobs.maintenance.service import Service
 from django_jobs.models import Job
-from django_jobs.runtime import connectivity
 from django_jobs.schedules import Schedule, declared_schedules
 
 logger = logging.getLogger("django_jobs.scheduler")
@@ -90,46 +103,56 @@ def fire(
     return Fired(claimed.now, outcome, job.id)
 
 
-class SchedulerLoop(threading.Thread):
+@dataclass(frozen=True)
+class Ticked:
+    """What one pass of the scheduler did."""
+
+    #: The ticks checked this pass, by outcome (as :attr:`Fired.outcome`).
+    fired: dict[str, int]
+    #: Ticks that could not be enqueued this pass (each is logged; retried after a pause).
+    failed: int
+    #: Seconds until the next tick of any schedule is due.
+    next_tick_in: float
+
+
+class SchedulerLoop(Service[Ticked]):
     """Fires the ticks of the declared schedules until ``stop`` is set. Idle between ticks: one
     statement at start, then one per tick of each schedule."""
 
+    logger: ClassVar[logging.Logger] = logger
+    outage_message: ClassVar[str] = "scheduler pass failed, retrying: %s"
+    failure_message: ClassVar[str] = "scheduler pass failed, retrying"
+    # A long sleep holds no connection slot: a nightly schedule costs each worker one
+    # connection a night, not one for ever.
+    hold_connection_for: ClassVar[float | None] = HOLD_CONNECTION_FOR
+
     def __init__(self, stop: threading.Event, worker_id: str | None = None) -> None:
-        super().__init__(name="django_jobs-scheduler", daemon=True)
-        self._stop_event = stop
+        super().__init__("django_jobs-scheduler", stop)
         self._worker_id = worker_id
         self.schedules = declared_schedules()
         #: Each schedule's latest tick known to be handled.
         self._after: dict[str, dt.datetime] = {}
         self._now = dt.datetime.now(dt.UTC)  # replaced by the database's before any use
         self._now_read_at = time.monotonic()
+        self._pause = 0.0  # the first pass comes at once
 
-    def run(self) -> None:
-        connectivity.run_worker_statements()
-        try:
-            while not self._stop_event.is_set():
-                try:
-                    if not self._after:
-                        self._resume()
-                    failed = self._fire_due()
-                    pause = self._seconds_to_next_tick()
-                    if failed:
-                        pause = max(pause, OUTAGE_RETRY)
-                except DATABASE_UNAVAILABLE as exc:
-                    logger.warning("scheduler pass failed, retrying: %s", type(exc).__name__)
-                    connections[jobs_settings.DATABASE].close()
-                    pause = OUTAGE_RETRY
-                except Exception:
-                    logger.exception("scheduler pass failed, retrying")
-                    pause = OUTAGE_RETRY
-                if pause > HOLD_CONNECTION_FOR:
-                    # A long sleep holds no connection slot: a nightly schedule costs each worker
-                    # one connection a night, not one for ever.
-                    connections[jobs_settings.DATABASE].close()
-                if self._stop_event.wait(pause):
-                    return
-        finally:
-            connections.close_all()
+    def run_once(self) -> Ticked:
+        """Fire every due tick (resuming from the latest tick rows first, once); say what was
+        done and when the next tick is due. Raises what the database raised."""
+        if not self._after:
+            self._resume()
+        fired, failed = self._fire_due()
+        return Ticked(fired, failed, self._seconds_to_next_tick())
+
+    def next_wait(self) -> float:
+        return self._pause
+
+    def _passed(self, result: Ticked) -> None:
+        super()._passed(result)
+        self._pause = max(result.next_tick_in, OUTAGE_RETRY) if result.failed else result.next_tick_in
+
+    def _failed(self) -> None:
+        self._pause = OUTAGE_RETRY
 
     def _resume(self) -> None:
         now, last = transitions.last_ticks([schedule.name for schedule in self.schedules])
@@ -144,9 +167,11 @@ class SchedulerLoop(threading.Thread):
         """The database's clock, as last read plus the time elapsed here since."""
         return self._now + dt.timedelta(seconds=time.monotonic() - self._now_read_at)
 
-    def _fire_due(self) -> bool:
-        """Fire every due tick; say whether one failed (it is retried after a pause)."""
-        failed = False
+    def _fire_due(self) -> tuple[dict[str, int], int]:
+        """Fire every due tick; count them by outcome, and those that failed (they are retried
+        after a pause)."""
+        outcomes: dict[str, int] = {}
+        failed = 0
         for schedule in self.schedules:
             tick, count = schedule.latest_due(self._after[schedule.name], self._estimated_now())
             if tick is None:
@@ -159,12 +184,13 @@ class SchedulerLoop(threading.Thread):
                 # A tick that cannot be enqueued (say, its payload no longer validates) must not
                 # stop the other schedules; its row was rolled back, so it is retried next pass.
                 logger.exception("schedule tick failed schedule=%s tick=%s", schedule.name, tick.isoformat())
-                failed = True
+                failed += 1
                 continue
+            outcomes[fired.outcome] = outcomes.get(fired.outcome, 0) + 1
             self._set_now(fired.now)
             if fired.outcome != "early":
                 self._after[schedule.name] = tick
-        return failed
+        return outcomes, failed
 
     def _seconds_to_next_tick(self) -> float:
         if not self.schedules:
