@@ -217,6 +217,21 @@ def test_a_reaper_loop_tells_what_each_pass_did() -> None:
     assert [[r.id for r in p.jobs] for p in passes] == [[job.id], []]
 
 
+def test_a_failed_reaper_pass_is_logged_not_raised_and_the_loop_waits_an_interval(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    JobFactory(running_stale=True)
+
+    def refuse(result: reaper.ReapResult) -> None:
+        raise RuntimeError("the report could not be written")
+
+    loop = reaper.ReaperLoop(threading.Event(), interval=600, on_pass=refuse)
+    assert loop.run_now() is False
+    assert "reaper pass failed, retrying next interval" in caplog.text
+    assert "the report could not be written" in caplog.text
+    assert 0.8 * 600 <= loop.next_wait() <= 1.2 * 600
+
+
 def test_cancel_pending_job_at_once() -> None:
     job = JobFactory()
     assert transitions.cancel(job.id, actor="alice", reason="customer asked") == "cancelled"

@@ -10,7 +10,7 @@ from django.db import connection
 from django.test import override_settings
 
 from django_jobs.checks import check_schedules
-from django_jobs.maintenance.periodic import SchedulerLoop, fire
+from django_jobs.maintenance.periodic import OUTAGE_RETRY, SchedulerLoop, fire
 from django_jobs.maintenance.pruner import prune_ticks
 from django_jobs.models import Job, ScheduleTick
 from django_jobs.schedules import Schedule
@@ -106,6 +106,27 @@ def test_a_new_schedule_does_not_backfill_the_past() -> None:
     ticked = loop.run_once()
     assert not ScheduleTick.objects.exists() and ticked.fired == {}
     assert 0 < ticked.next_tick_in <= 60.01
+
+
+def test_a_tick_that_cannot_be_enqueued_is_retried_after_a_pause_and_the_others_still_fire(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    broken = Schedule(name="broken", type="no.such.type", every=60, on_running="enqueue")
+    working = Schedule(name="tick", type="test.ticked", every=60, on_running="enqueue")
+    earlier = last_tick() - dt.timedelta(minutes=1)
+    for schedule in (broken, working):  # each ticked a minute ago: one tick of each is due
+        ScheduleTick.objects.create(schedule=schedule.name, tick_at=earlier, outcome="enqueued")
+    loop = SchedulerLoop(stop=None, worker_id="w")  # type: ignore[arg-type]  # not started
+    loop.schedules = [broken, working]
+
+    assert loop.run_now() is True  # the pass itself succeeded
+    assert "schedule tick failed schedule=broken" in caplog.text
+    assert list(Job.objects.values_list("type", flat=True)) == ["test.ticked"]
+    assert not ScheduleTick.objects.filter(schedule="broken").exclude(tick_at=earlier).exists()
+    # The broken tick is still due: asked again after a pause, not at once and not in a minute.
+    assert loop.next_wait() == OUTAGE_RETRY
+    ticked = loop.run_once()
+    assert (ticked.failed, ticked.fired) == (1, {})
 
 
 def test_retention_prunes_old_tick_records_but_keeps_each_schedules_latest() -> None:
