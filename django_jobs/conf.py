@@ -17,14 +17,18 @@ from django_jobs.setting import (
     Setting,
     durations_by_status,
     is_bool,
-    is_number,
+    is_fraction,
     is_positive_integer,
+    optional,
     optional_seconds,
     or_none,
     patterns,
     positive_integer,
     rule,
     seconds,
+    string_dict,
+    string_set,
+    string_tuple,
 )
 
 DAY = 24 * 3600.0
@@ -68,34 +72,6 @@ def _is_queue_name(value: Any) -> bool:
 
 def _is_token(value: Any) -> bool:
     return isinstance(value, str) and len(value.strip()) >= MIN_TOKEN_CHARS
-
-
-def _is_fraction(value: Any) -> bool:
-    return is_number(value) and 0 <= value <= 1
-
-
-def _dict(value: Any) -> dict[str, Any]:
-    return dict(value)
-
-
-def _strings(value: Any) -> tuple[str, ...]:
-    return tuple(value)
-
-
-def _names(value: Any) -> frozenset[str] | None:
-    return None if value is None else frozenset(value)
-
-
-def _optional_str(value: Any) -> str | None:
-    return None if value is None else str(value)
-
-
-def _optional_float(value: Any) -> float | None:
-    return None if value is None else float(value)
-
-
-def _optional_int(value: Any) -> int | None:
-    return None if value is None else int(value)
 
 
 def _retention(value: Any) -> dict[str, float | None]:
@@ -225,7 +201,7 @@ class Settings:
     )
     QUEUES = Setting(
         None,
-        _names,
+        optional(string_set),
         None,  # check_declared_queues, beside the queues it holds the project to (E070)
         'The queue names your project uses, e.g. `["default", "emails", "reports"]`. Declared, '
         "`enqueue()` (and `enqueue_many()`, Django tasks, schedules) refuses any other queue with"
@@ -257,7 +233,7 @@ class Settings:
     BACKOFF_JITTER = Setting(
         0.25,
         float,
-        rule(_is_fraction, "django_jobs.E005", "must be between 0 and 1."),
+        rule(is_fraction, "django_jobs.E005", "must be between 0 and 1."),
         "Fraction of a retry delay that is randomised (subtracted), 0–1.",
     )
     MAX_ERROR_CHARS = Setting(
@@ -268,7 +244,7 @@ class Settings:
     )
     SENSITIVE_PAYLOAD_KEYS = Setting(
         DEFAULT_SENSITIVE_PAYLOAD_KEYS,
-        _strings,
+        string_tuple,
         patterns("django_jobs.E011"),
         "Regular expressions searched, case-insensitively, in every key of a payload, checkpoint "
         "or event detail: the console masks their values for people without "
@@ -278,7 +254,7 @@ class Settings:
     )
     SCHEDULES = Setting(
         {},
-        _dict,
+        string_dict,
         None,  # check_schedules, entry by entry against the registry (E016 … E019)
         'Periodic jobs declared in settings, by name: `{"sync-crm-eu": {"type": "crm.sync", '
         '"cron": "15 * * * *", "tz": "Europe/Berlin"}}`. Each entry has `type` and either `cron` '
@@ -317,7 +293,7 @@ class Settings:
     )
     METRICS_TOKEN = Setting(
         None,
-        _optional_str,
+        optional(str),
         rule(
             or_none(_is_token),
             "django_jobs.E030",
@@ -373,7 +349,7 @@ class Settings:
     )
     CONNECT_TIMEOUT = Setting(
         5.0,
-        _optional_float,
+        optional(float),
         _CONNECTION_OPTION,
         "A worker process's attempt to connect gives up after this long and is retried (libpq "
         "`connect_timeout`, whole seconds, at least 2), instead of waiting out the kernel's SYN "
@@ -381,27 +357,27 @@ class Settings:
     )
     TCP_KEEPALIVES_IDLE = Setting(
         5.0,
-        _optional_float,
+        optional(float),
         _CONNECTION_OPTION,
         "A worker process's connections send a TCP keepalive probe after this long without "
         "traffic (libpq `keepalives_idle`, whole seconds).",
     )
     TCP_KEEPALIVES_INTERVAL = Setting(
         2.0,
-        _optional_float,
+        optional(float),
         _CONNECTION_OPTION,
         "Seconds between two unanswered keepalive probes (libpq `keepalives_interval`).",
     )
     TCP_KEEPALIVES_COUNT = Setting(
         3,
-        _optional_int,
+        optional(int),
         rule(or_none(is_positive_integer), "django_jobs.E021", "must be None or an integer > 0."),
         "Unanswered probes after which the peer is given up (libpq `keepalives_count`): with the "
         "defaults, a silent dead peer is noticed within 11 s.",
     )
     TCP_USER_TIMEOUT = Setting(
         10.0,
-        _optional_float,
+        optional(float),
         _CONNECTION_OPTION,
         "A worker process's connection whose sent data stays unacknowledged this long is closed "
         "(libpq `tcp_user_timeout`): a statement sent into a network cut fails within seconds and"
@@ -410,7 +386,7 @@ class Settings:
     )
     STATEMENT_TIMEOUT = Setting(
         30.0,
-        _optional_float,
+        optional(float),
         _CONNECTION_OPTION,
         "Longest run of the worker's own statements: claims, heartbeats, outcomes, the reaper's "
         "and the scheduler's passes (a `statement_timeout` set on their connections). Never set "

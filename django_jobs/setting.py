@@ -107,6 +107,27 @@ def markdown_table(table: Sequence[Setting[Any]]) -> str:
     return "\n".join(rows) + "\n"
 
 
+# ---- readers: what code reads for a value as set -------------------------------------------
+
+
+def optional(read: Callable[[Any], T]) -> Callable[[Any], T | None]:
+    """``read``, except that None stays None (an option turned off, or nothing declared)."""
+    return lambda value: None if value is None else read(value)
+
+
+def string_tuple(value: Any) -> tuple[str, ...]:
+    return tuple(value)
+
+
+def string_set(value: Any) -> frozenset[str]:
+    return frozenset(value)
+
+
+def string_dict(value: Any) -> dict[str, Any]:
+    """A copy: code that reads it cannot change the setting."""
+    return dict(value)
+
+
 # ---- rules ---------------------------------------------------------------------------------
 
 
@@ -128,6 +149,11 @@ def is_bool(value: Any) -> bool:
 def is_number(value: Any) -> bool:
     """An int or a float (True is an int to Python, not a number of anything)."""
     return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def is_fraction(value: Any) -> bool:
+    """A number from 0 to 1."""
+    return is_number(value) and 0 <= value <= 1
 
 
 def is_positive_number(value: Any) -> bool:
