@@ -13,6 +13,7 @@ from django.db import connections, router
 from django_jobs.conf import DEFAULTS, TABLE
 from django_jobs.errors import undeclared_queue
 from django_jobs.registry import QUEUE_RE
+from django_jobs.setting import user_settings
 
 
 @register(Tags.compatibility)
@@ -85,9 +86,8 @@ def _check_warning_before_critical(user: dict[str, Any]) -> list[CheckMessage]:
 
 @register(Tags.compatibility)
 def check_database(app_configs: Sequence[AppConfig] | None = None, **kwargs: Any) -> list[CheckMessage]:
-    user = getattr(settings, "DJANGO_JOBS", {})
     # A DJANGO_JOBS that is not a dict is E001: the default database is checked meanwhile.
-    alias = user.get("DATABASE", DEFAULTS["DATABASE"]) if isinstance(user, dict) else DEFAULTS["DATABASE"]
+    alias = user_settings().get("DATABASE", DEFAULTS["DATABASE"])
     if alias not in settings.DATABASES:
         return [Error(f"DJANGO_JOBS['DATABASE'] names an unknown alias {alias!r}.", id="django_jobs.E007")]
     messages: list[CheckMessage] = []
@@ -183,8 +183,7 @@ def check_schedules(app_configs: Sequence[AppConfig] | None = None, **kwargs: An
     from django_jobs.registry import registry
     from django_jobs.schedules import InvalidSchedule, from_entry
 
-    user = getattr(settings, "DJANGO_JOBS", {})
-    entries = user.get("SCHEDULES", {}) if isinstance(user, dict) else {}
+    entries = user_settings().get("SCHEDULES", {})
     if not isinstance(entries, dict):
         return [
             Error(
@@ -242,8 +241,8 @@ def check_declared_queues(
     """``DJANGO_JOBS["QUEUES"]``, when declared, is a list of queue names, and every queue the
     project names elsewhere — job types, ``DEFAULT_QUEUE``, schedules, the Tasks backends — is
     among them: enqueue() would refuse the jobs of any other at run time."""
-    user = getattr(settings, "DJANGO_JOBS", {})
-    declared = user.get("QUEUES", DEFAULTS["QUEUES"]) if isinstance(user, dict) else None
+    user = user_settings()
+    declared = user.get("QUEUES", DEFAULTS["QUEUES"])
     if declared is None:
         return []
     if not _queue_names(declared):
