@@ -76,7 +76,9 @@ def _is_token(value: Any) -> bool:
 
 def _retention(value: Any) -> dict[str, float | None]:
     """The statuses the project sets, over the defaults of the others."""
-    return {**DEFAULT_RETENTION, **value}
+    merged = dict(DEFAULT_RETENTION)
+    merged.update(value)
+    return merged
 
 
 def _stall_limit(s: Settings) -> float:
