@@ -417,8 +417,7 @@ jobs_settings = Settings()
 
 
 def _docstring_entry(s: Setting[Any]) -> str:
-    shown = s.shown if s.shown is not None else f"`{s.default!r}`"
-    return f"``{s.name}`` ({shown})\n    {s.doc}"
+    return f"``{s.name}`` ({s.default_text()})\n    {s.doc}"
 
 
 __doc__ = "\n\n".join([__doc__ or "", *map(_docstring_entry, TABLE)])

@@ -41,7 +41,8 @@ def user_settings() -> dict[str, Any]:
 class Setting(Generic[T]):
     """One key of ``DJANGO_JOBS``, read lazily on every access, so ``override_settings`` works.
 
-    ``read`` turns the value as set into what code reads (``float(1)``: a duration is a float);
+    ``read`` turns the value as set into what code reads (``float(1)``: a duration is a float;
+    it may raise for a value that breaks ``rule``, which ``manage.py check`` reports first);
     ``when_none``, if given, computes the value from the other settings while the key is None;
     ``rule`` is the check of the value (None: checked elsewhere, or not at all); ``doc`` is its
     meaning (markdown), ``shown`` its default as the docs write it when its repr would not do;
@@ -91,9 +92,12 @@ class Setting(Generic[T]):
         """What the system checks report about ``value`` for this setting."""
         return [] if self.rule is None else self.rule(self.name, value)
 
+    def default_text(self) -> str:
+        """The default as the docs write it (markdown)."""
+        return self.shown if self.shown is not None else f"`{_literal(self.default)}`"
+
     def markdown_row(self) -> str:
-        shown = self.shown if self.shown is not None else f"`{_literal(self.default)}`"
-        return f"| `{self.name}` | {shown} | {self.doc} |"
+        return f"| `{self.name}` | {self.default_text()} | {self.doc} |"
 
 
 def _literal(value: Any) -> str:
