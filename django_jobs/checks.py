@@ -1,4 +1,10 @@
-"""System checks. IDs are stable: django_jobs.E001 … and django_jobs.W001 …"""
+"""System checks. IDs are stable: django_jobs.E001 … and django_jobs.W001 …
+
+The check of each setting's own value comes from its rule in the table of ``django_jobs.conf``;
+here are the checks that relate settings to one another or to other state (databases, routers,
+job types, schedules, queues, Tasks backends). Past 300 lines because every check the app
+registers is here, so that their IDs are read, and kept unique, in one place.
+"""
 
 from __future__ import annotations
 
