@@ -1,9 +1,13 @@
-"""System checks. IDs are stable: django_jobs.E001 … and django_jobs.W001 …"""
+"""System checks. IDs are stable: django_jobs.E001 … and django_jobs.W001 …
+
+The check of each setting's own value comes from its rule in the table of ``django_jobs.conf``;
+here are the checks that relate settings to one another or to other state (databases, routers,
+job types, schedules, queues, Tasks backends). Past 300 lines because every check the app
+registers is here, so that their IDs are read, and kept unique, in one place.
+"""
 
 from __future__ import annotations
 
-import math
-import re
 from collections.abc import Collection, Sequence
 from typing import Any
 
@@ -12,236 +16,84 @@ from django.conf import settings
 from django.core.checks import CheckMessage, Error, Tags, Warning, register
 from django.db import connections, router
 
-from django_jobs.conf import DEFAULTS
+from django_jobs.conf import DEFAULTS, TABLE
 from django_jobs.errors import undeclared_queue
 from django_jobs.registry import QUEUE_RE
-
-_POSITIVE_NUMBERS = (
-    "POLL_INTERVAL",
-    "PREFETCH_SECONDS",
-    "OUTCOME_FLUSH_INTERVAL",
-    "HEARTBEAT_INTERVAL",
-    "LEASE_TIMEOUT",
-    "PROGRESS_INTERVAL",
-    "REAPER_INTERVAL",
-    "BACKOFF_BASE",
-    "BACKOFF_CAP",
-)
-_POSITIVE_INTEGERS = (
-    "BATCH_SIZE",
-    "MAX_PAYLOAD_BYTES",
-    "MAX_CHECKPOINT_BYTES",
-    "MAX_RESULT_BYTES",
-    "DEFAULT_MAX_ATTEMPTS",
-    "MAX_ERROR_CHARS",
-    "METRICS_MAX_LABEL_VALUES",
-)
+from django_jobs.setting import user_settings
 
 
 @register(Tags.compatibility)
 def check_settings(app_configs: Sequence[AppConfig] | None = None, **kwargs: Any) -> list[CheckMessage]:
+    """``DJANGO_JOBS``: a dict of known keys (E001, E002), each value keeping its rule in the
+    table of ``django_jobs.conf``, and the settings that bound one another (E006, E041).
+    Messages come in the order of their IDs."""
     user = getattr(settings, "DJANGO_JOBS", {})
     if not isinstance(user, dict):
         return [Error("DJANGO_JOBS must be a dict.", id="django_jobs.E001")]
-    errors: list[CheckMessage] = []
-    for key in sorted(set(user) - set(DEFAULTS)):
-        errors.append(
-            Error(
-                f"DJANGO_JOBS has an unknown key {key!r}.",
-                hint="Known keys: " + ", ".join(sorted(DEFAULTS)),
-                id="django_jobs.E002",
-            )
+    errors: list[CheckMessage] = [
+        Error(
+            f"DJANGO_JOBS has an unknown key {key!r}.",
+            hint="Known keys: " + ", ".join(sorted(DEFAULTS)),
+            id="django_jobs.E002",
         )
-    for key in _POSITIVE_NUMBERS:
-        if not _positive_number(user.get(key, DEFAULTS[key])):
-            errors.append(
-                Error(f"DJANGO_JOBS[{key!r}] must be a finite number > 0 (seconds).", id="django_jobs.E003")
-            )
-    for key in _POSITIVE_INTEGERS:
-        value = user.get(key, DEFAULTS[key])
-        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-            errors.append(Error(f"DJANGO_JOBS[{key!r}] must be an integer > 0.", id="django_jobs.E004"))
-    jitter = user.get("BACKOFF_JITTER", DEFAULTS["BACKOFF_JITTER"])
-    if isinstance(jitter, bool) or not isinstance(jitter, int | float) or not 0 <= jitter <= 1:
-        errors.append(Error("DJANGO_JOBS['BACKOFF_JITTER'] must be between 0 and 1.", id="django_jobs.E005"))
+        for key in sorted(set(user) - set(DEFAULTS))
+    ]
+    for setting in TABLE:
+        errors.extend(
+            Error(problem.message, hint=problem.hint, id=problem.id)
+            for problem in setting.problems(user.get(setting.name, setting.default))
+        )
+    errors.extend(_check_heartbeat_within_lease(user))
+    errors.extend(_check_warning_before_critical(user))
+    return sorted(errors, key=lambda message: str(message.id))  # stable: table order within an ID
+
+
+def _valid(user: dict[str, Any], *names: str) -> bool:
+    """Whether each of ``names`` keeps its own rule (a relation between bad values is noise)."""
+    return all(not s.problems(user.get(s.name, s.default)) for s in TABLE if s.name in names)
+
+
+def _check_heartbeat_within_lease(user: dict[str, Any]) -> list[CheckMessage]:
+    """Any two numbers are compared, even one that breaks its own rule (a zero lease is E003
+    and E006): a beat that cannot fit in the lease is worth saying whatever else is wrong."""
     lease = user.get("LEASE_TIMEOUT", DEFAULTS["LEASE_TIMEOUT"])
     beat = user.get("HEARTBEAT_INTERVAL", DEFAULTS["HEARTBEAT_INTERVAL"])
-    if isinstance(lease, int | float) and isinstance(beat, int | float) and beat >= lease:
-        errors.append(
-            Error(
-                "DJANGO_JOBS['HEARTBEAT_INTERVAL'] must be shorter than LEASE_TIMEOUT, "
-                "or every running job would look stale between two beats.",
-                id="django_jobs.E006",
-            )
+    if not (isinstance(lease, int | float) and isinstance(beat, int | float) and beat >= lease):
+        return []
+    return [
+        Error(
+            "DJANGO_JOBS['HEARTBEAT_INTERVAL'] must be shorter than LEASE_TIMEOUT, "
+            "or every running job would look stale between two beats.",
+            id="django_jobs.E006",
         )
-    errors.extend(_check_health_thresholds(user))
-    errors.extend(_check_patterns(user.get("SENSITIVE_PAYLOAD_KEYS", DEFAULTS["SENSITIVE_PAYLOAD_KEYS"])))
-    errors.extend(_check_retention(user.get("RETENTION", DEFAULTS["RETENTION"])))
-    if not isinstance(user.get("NOTIFY", DEFAULTS["NOTIFY"]), bool):
-        errors.append(Error("DJANGO_JOBS['NOTIFY'] must be True or False.", id="django_jobs.E015"))
-    queue = user.get("DEFAULT_QUEUE", DEFAULTS["DEFAULT_QUEUE"])
-    if not isinstance(queue, str) or not QUEUE_RE.match(queue):
-        errors.append(
-            Error(
-                f"DJANGO_JOBS['DEFAULT_QUEUE'] is {queue!r}, not a queue name.",
-                hint="Letters, digits and _ . : -, at most 100 characters.",
-                id="django_jobs.E014",
-            )
-        )
-    errors.extend(_check_health(user))
-    errors.extend(_check_connection_options(user))
-    return errors
-
-
-#: Connection options that None turns off (django_jobs/runtime/connectivity.py).
-_CONNECTION_DURATIONS = (
-    "CONNECT_TIMEOUT",
-    "TCP_KEEPALIVES_IDLE",
-    "TCP_KEEPALIVES_INTERVAL",
-    "TCP_USER_TIMEOUT",
-    "STATEMENT_TIMEOUT",
-)
-
-
-def _check_connection_options(user: dict[str, Any]) -> list[CheckMessage]:
-    """The options that bound how long a worker waits on a dead or stuck connection."""
-    errors: list[CheckMessage] = []
-    for key in _CONNECTION_DURATIONS:
-        value = user.get(key, DEFAULTS[key])
-        if value is not None and not _positive_number(value):
-            errors.append(
-                Error(
-                    f"DJANGO_JOBS[{key!r}] must be None (the libpq and kernel default) or a finite "
-                    "number > 0 (seconds).",
-                    id="django_jobs.E020",
-                )
-            )
-    count = user.get("TCP_KEEPALIVES_COUNT", DEFAULTS["TCP_KEEPALIVES_COUNT"])
-    if count is not None and (isinstance(count, bool) or not isinstance(count, int) or count <= 0):
-        errors.append(
-            Error(
-                "DJANGO_JOBS['TCP_KEEPALIVES_COUNT'] must be None or an integer > 0.", id="django_jobs.E021"
-            )
-        )
-    return errors
-
-
-_LIVENESS_LIMITS = ("LIVENESS_STALL_LIMIT", "LIVENESS_OUTAGE_LIMIT", "LIVENESS_STUCK_LIMIT")
-#: A shorter bearer token is guessable: the metrics view would be open to anyone who tries.
-MIN_TOKEN_CHARS = 16
-
-
-def _check_health(user: dict[str, Any]) -> list[CheckMessage]:
-    """The metrics token and the liveness limits (read long after start-up, by probes)."""
-    errors: list[CheckMessage] = []
-    token = user.get("METRICS_TOKEN", DEFAULTS["METRICS_TOKEN"])
-    if token is not None and (not isinstance(token, str) or len(token.strip()) < MIN_TOKEN_CHARS):
-        errors.append(
-            Error(
-                f"DJANGO_JOBS['METRICS_TOKEN'] must be None or a string of at least {MIN_TOKEN_CHARS} "
-                "characters.",
-                hint="Generate one: python -c 'import secrets; print(secrets.token_urlsafe(32))'",
-                id="django_jobs.E030",
-            )
-        )
-    for key in _LIVENESS_LIMITS:
-        value = user.get(key, DEFAULTS[key])
-        if value is not None and not _positive_number(value):
-            errors.append(
-                Error(
-                    f"DJANGO_JOBS[{key!r}] must be None (derived from the intervals) or a finite "
-                    "number > 0 (seconds).",
-                    id="django_jobs.E031",
-                )
-            )
-    return errors
-
-
-def _positive_number(value: Any) -> bool:
-    """A real, finite number above zero (True is an int to Python, not a duration)."""
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return False
-    return math.isfinite(value) and value > 0
-
-
-_HEALTH_THRESHOLDS = ("CHECK_OLDEST_DUE_WARNING", "CHECK_OLDEST_DUE_CRITICAL", "CHECK_STALE_REAPER_INTERVALS")
-
-
-def _check_health_thresholds(user: dict[str, Any]) -> list[CheckMessage]:
-    """The thresholds of ``checkjobs`` and the health check: read only when an alert is due,
-    so a typo must fail at start-up, not in the middle of an incident."""
-    values = {key: user.get(key, DEFAULTS[key]) for key in _HEALTH_THRESHOLDS}
-    errors: list[CheckMessage] = [
-        Error(f"DJANGO_JOBS[{key!r}] must be a finite number > 0 (seconds).", id="django_jobs.E040")
-        for key, value in values.items()
-        if not _positive_number(value)
     ]
-    warning, critical = values["CHECK_OLDEST_DUE_WARNING"], values["CHECK_OLDEST_DUE_CRITICAL"]
-    if not errors and warning >= critical:
-        errors.append(
-            Error(
-                f"DJANGO_JOBS['CHECK_OLDEST_DUE_WARNING'] ({warning!r}) must be shorter than "
-                f"CHECK_OLDEST_DUE_CRITICAL ({critical!r}), or a backlog would turn critical "
-                "without a warning first.",
-                id="django_jobs.E041",
-            )
+
+
+def _check_warning_before_critical(user: dict[str, Any]) -> list[CheckMessage]:
+    """The thresholds of ``checkjobs`` and the health check are read only when an alert is due,
+    so a typo must fail at start-up, not in the middle of an incident."""
+    if not _valid(
+        user, "CHECK_OLDEST_DUE_WARNING", "CHECK_OLDEST_DUE_CRITICAL", "CHECK_STALE_REAPER_INTERVALS"
+    ):
+        return []
+    warning = user.get("CHECK_OLDEST_DUE_WARNING", DEFAULTS["CHECK_OLDEST_DUE_WARNING"])
+    critical = user.get("CHECK_OLDEST_DUE_CRITICAL", DEFAULTS["CHECK_OLDEST_DUE_CRITICAL"])
+    if warning < critical:
+        return []
+    return [
+        Error(
+            f"DJANGO_JOBS['CHECK_OLDEST_DUE_WARNING'] ({warning!r}) must be shorter than "
+            f"CHECK_OLDEST_DUE_CRITICAL ({critical!r}), or a backlog would turn critical "
+            "without a warning first.",
+            id="django_jobs.E041",
         )
-    return errors
-
-
-def _check_retention(retention: Any) -> list[CheckMessage]:
-    """Retention is read by the reaper, long after start-up: a typo must fail here, not there."""
-    if not isinstance(retention, dict):
-        return [Error("DJANGO_JOBS['RETENTION'] must be a dict of status → seconds.", id="django_jobs.E012")]
-    errors: list[CheckMessage] = []
-    for status, keep in retention.items():
-        if status not in DEFAULTS["RETENTION"]:
-            errors.append(
-                Error(
-                    f"DJANGO_JOBS['RETENTION'] has an unknown status {status!r}.",
-                    hint="Finished statuses that can be pruned: " + ", ".join(sorted(DEFAULTS["RETENTION"])),
-                    id="django_jobs.E012",
-                )
-            )
-        elif keep is not None and not _positive_number(keep):
-            errors.append(
-                Error(
-                    f"DJANGO_JOBS['RETENTION'][{status!r}] is {keep!r}: give seconds (a number > 0), "
-                    "or None to keep these jobs forever.",
-                    id="django_jobs.E013",
-                )
-            )
-    return errors
-
-
-def _check_patterns(patterns: Any) -> list[CheckMessage]:
-    if isinstance(patterns, str) or not isinstance(patterns, list | tuple):
-        return [
-            Error(
-                "DJANGO_JOBS['SENSITIVE_PAYLOAD_KEYS'] must be a list of regular expressions.",
-                id="django_jobs.E011",
-            )
-        ]
-    errors: list[CheckMessage] = []
-    for pattern in patterns:
-        try:
-            re.compile(pattern)
-        except (re.error, TypeError) as exc:
-            errors.append(
-                Error(
-                    f"DJANGO_JOBS['SENSITIVE_PAYLOAD_KEYS'] holds {pattern!r}, which is not a "
-                    f"regular expression: {exc}",
-                    id="django_jobs.E011",
-                )
-            )
-    return errors
+    ]
 
 
 @register(Tags.compatibility)
 def check_database(app_configs: Sequence[AppConfig] | None = None, **kwargs: Any) -> list[CheckMessage]:
-    user = getattr(settings, "DJANGO_JOBS", {})
     # A DJANGO_JOBS that is not a dict is E001: the default database is checked meanwhile.
-    alias = user.get("DATABASE", DEFAULTS["DATABASE"]) if isinstance(user, dict) else DEFAULTS["DATABASE"]
+    alias = user_settings().get("DATABASE", DEFAULTS["DATABASE"])
     if alias not in settings.DATABASES:
         return [Error(f"DJANGO_JOBS['DATABASE'] names an unknown alias {alias!r}.", id="django_jobs.E007")]
     messages: list[CheckMessage] = []
@@ -337,8 +189,7 @@ def check_schedules(app_configs: Sequence[AppConfig] | None = None, **kwargs: An
     from django_jobs.registry import registry
     from django_jobs.schedules import InvalidSchedule, from_entry
 
-    user = getattr(settings, "DJANGO_JOBS", {})
-    entries = user.get("SCHEDULES", {}) if isinstance(user, dict) else {}
+    entries = user_settings().get("SCHEDULES", {})
     if not isinstance(entries, dict):
         return [
             Error(
@@ -396,8 +247,8 @@ def check_declared_queues(
     """``DJANGO_JOBS["QUEUES"]``, when declared, is a list of queue names, and every queue the
     project names elsewhere — job types, ``DEFAULT_QUEUE``, schedules, the Tasks backends — is
     among them: enqueue() would refuse the jobs of any other at run time."""
-    user = getattr(settings, "DJANGO_JOBS", {})
-    declared = user.get("QUEUES", DEFAULTS["QUEUES"]) if isinstance(user, dict) else None
+    user = user_settings()
+    declared = user.get("QUEUES", DEFAULTS["QUEUES"])
     if declared is None:
         return []
     if not _queue_names(declared):

@@ -1,352 +1,423 @@
 """Settings: one dict, ``DJANGO_JOBS = {...}``, read lazily so ``override_settings`` works.
 
-Every key, its default and its meaning. Durations are seconds; floats are allowed.
-
-``DATABASE`` ("default")
-    Alias of the database that holds the job tables. Another alias needs
-    ``django_jobs.routers.JobsRouter`` in ``DATABASE_ROUTERS`` (check ``django_jobs.E050``); when
-    it is not the alias your business writes use, ``enqueue()`` is no longer atomic with them
-    (check ``django_jobs.W001``).
-``NOTIFY`` (True)
-    Workers LISTEN for new jobs and start them within milliseconds. False: polling only (every
-    ``POLL_INTERVAL``), for PgBouncer in transaction mode, which cannot hold a LISTEN.
-``POLL_INTERVAL`` (1.0)
-    How often a worker looks for jobs when nothing wakes it. With ``NOTIFY = False``, or while
-    its listening connection is down, it claims; an idle listening worker reads instead when
-    the next job it could claim is due and which queues are paused (one indexed read), so a job
-    it never heard of is late by at most this long, and a scheduled one starts when due.
-``BATCH_SIZE`` (100)
-    Most jobs one claim statement takes. A worker claims beyond its free execution slots only
-    while jobs are short (see ``PREFETCH_SECONDS``), so long jobs are never hoarded; with short
-    jobs it holds up to two batches, claiming the next while it runs one.
-``PREFETCH_SECONDS`` (0.05)
-    How much work, in observed run time, a worker may hold claimed but not yet started.
-``OUTCOME_FLUSH_INTERVAL`` (0.01)
-    Finished executions are written in batches at least this often.
-``HEARTBEAT_INTERVAL`` (10.0)
-    How often a worker extends the lease of the jobs it holds.
-``LEASE_TIMEOUT`` (60.0)
-    How long an execution owns its job without a sign of life (job types may set their own).
-    Once its lease expires, the reaper takes the job back: its worker is presumed lost.
-``PROGRESS_INTERVAL`` (1.0)
-    ``ctx.progress()`` writes at most this often (and always when the work is done).
-``MAX_CHECKPOINT_BYTES`` (65536)
-    Largest checkpoint ``ctx.save_checkpoint()`` accepts, measured as its UTF-8 JSON encoding.
-``REAPER_INTERVAL`` (30.0)
-    How often the reaper looks for stale running jobs and prunes old finished ones.
-``MAX_PAYLOAD_BYTES`` (262144)
-    Largest accepted payload, measured as its UTF-8 JSON encoding.
-``MAX_RESULT_BYTES`` (65536)
-    Largest return value stored for a handler or task, measured as its UTF-8 JSON encoding.
-    A larger one, or one that is not plain JSON, ends the job ``failed`` (``RESULT_INVALID``).
-``DEFAULT_QUEUE`` ("default"), ``DEFAULT_MAX_ATTEMPTS`` (5)
-    Used when neither the job type nor ``enqueue()`` says otherwise.
-``QUEUES`` (None)
-    The queue names the project uses, e.g. ``["default", "emails", "reports"]``. Declared,
-    ``enqueue()`` refuses any other with ``UnknownQueue`` and the closest declared name (a typo
-    would otherwise make a queue no worker serves), and checks ``E070`` … ``E073`` hold job
-    types, ``DEFAULT_QUEUE``, ``SCHEDULES`` and the Tasks backends' ``QUEUES`` to it. None:
-    any valid queue name is accepted.
-``BACKOFF_BASE`` (2.0), ``BACKOFF_CAP`` (3600.0), ``BACKOFF_JITTER`` (0.25)
-    Default retry policy: ``base × 2^(attempt-1)``, capped, minus up to ``jitter`` of it.
-``MAX_ERROR_CHARS`` (8000)
-    Longest sanitized error text stored in ``Job.last_error`` and ``JobEvent.error``.
-``SENSITIVE_PAYLOAD_KEYS`` (passwords, secrets, tokens, authorization, API and private keys…)
-    Regular expressions, searched case-insensitively in every key of a payload, checkpoint or
-    event detail: the values of matching keys are masked in the console for people without the
-    ``view_sensitive_payload`` permission. Job types add exact key names with ``sensitive=``.
-``SCHEDULES`` ({})
-    Periodic jobs declared in settings: ``{"name": {"type": "reports.nightly", "cron": "0 3 * *
-    *", "tz": "Europe/Moscow"}}``. Each entry has ``type`` and either ``cron`` or ``every``
-    (seconds), and may set ``tz`` ("UTC"), ``payload`` ({}), ``queue``, ``priority``,
-    ``misfire_grace`` (None) and ``on_running`` ("skip"). See docs/scheduling.md.
-``SCHEDULE_TICK_RETENTION`` (30 days)
-    How long the record of each schedule tick is kept; the latest tick of each schedule is
-    always kept, since it is where the schedule resumes.
-``CHECK_OLDEST_DUE_WARNING`` (300.0), ``CHECK_OLDEST_DUE_CRITICAL`` (1800.0)
-    ``checkjobs`` and the health check report a queue whose oldest due job has waited longer
-    than these, as a warning and as critical (the warning must be the shorter).
-``CHECK_STALE_REAPER_INTERVALS`` (3.0)
-    A running job whose lease expired is a warning; one expired more than this many
-    ``REAPER_INTERVAL`` ago is critical: no reaper is running.
-``METRICS_TOKEN`` (None)
-    The bearer token a Prometheus scrape of the ``django_jobs.urls`` metrics view, or of a
-    worker's ``runjobs --metrics-port``, presents (``Authorization: Bearer <token>``), compared
-    in constant time. Without it, only a signed in staff user may read the view (an anonymous
-    scrape is refused either way), and a worker's port serves anyone who reaches it (it listens
-    on 127.0.0.1 unless told otherwise). A credential:
-    never logged (``CREDENTIAL_SETTINGS``).
-``METRICS_MAX_LABEL_VALUES`` (100)
-    Most distinct values each label of a worker's metrics holds (``type``, ``queue``, ``code``,
-    ``status``); later values are counted under ``other``. Error codes and queue names are
-    chosen by handlers and callers: one that held a job's id would make a series per job.
-``LIVENESS_STALL_LIMIT`` (None: 3 × ``HEARTBEAT_INTERVAL``, at least 30)
-    A worker whose claim loop or heartbeat thread has not turned for this long is not live.
-``LIVENESS_OUTAGE_LIMIT`` (None: 2 × ``LEASE_TIMEOUT``, at least 60)
-    A worker that could not reach the database for this long is not live (it is not ready
-    from the first failure).
-``LIVENESS_STUCK_LIMIT`` (None: ``HEARTBEAT_INTERVAL``, at least 5)
-    An execution still running this long past its deadline counts as stuck (a thread the pool
-    replaced counts at once); a worker with as many stuck executions as slots is not live.
-``CONNECT_TIMEOUT`` (5.0)
-    A worker process's connection attempt gives up after this long (libpq ``connect_timeout``,
-    whole seconds, at least 2) and is retried, instead of waiting out the kernel's SYN retries.
-``TCP_KEEPALIVES_IDLE`` (5.0), ``TCP_KEEPALIVES_INTERVAL`` (2.0), ``TCP_KEEPALIVES_COUNT`` (3)
-    A worker process's connections probe a silent peer after ``IDLE`` seconds, every
-    ``INTERVAL``, and give it up after ``COUNT`` unanswered probes (libpq ``keepalives_*``).
-``TCP_USER_TIMEOUT`` (10.0)
-    A worker process's connection whose sent data stays unacknowledged this long is closed
-    (libpq ``tcp_user_timeout``): a statement sent into a network cut fails within seconds.
-``STATEMENT_TIMEOUT`` (30.0)
-    Longest run of the worker's own statements (claim, heartbeat, outcomes, reaper, scheduler);
-    never applied to the connections handlers use. ``None`` for PgBouncer in transaction mode.
-    For each of these five, ``None`` leaves libpq's and the kernel's default, and a value in
-    ``DATABASES[...]["OPTIONS"]`` wins (see django_jobs/runtime/connectivity.py).
-``RETENTION`` ({"completed": 7 days, "skipped": 7 days, "cancelled": 30 days, "failed": None})
-    How long finished jobs are kept, per status; ``None`` keeps them forever.
+Past 300 lines because this is the table of every setting: each is declared once below, as a
+typed attribute of ``Settings`` (its default, how it is read, the rule its value keeps and its
+meaning). From that one declaration come ``DEFAULTS``, ``jobs_settings.<KEY>``, the system check
+of its value (``checks.py`` keeps only the checks that relate several settings, or other state)
+and the row of docs/configuration.md (tests/unit/test_settings_table.py fails when the page
+differs; ``python -m tests.unit.test_settings_table`` rewrites it). Durations are seconds; floats
+are allowed. The meaning of each key follows, generated from the table.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from django.conf import settings
+from django_jobs.setting import (
+    Setting,
+    durations_by_status,
+    is_bool,
+    is_fraction,
+    is_positive_integer,
+    optional,
+    optional_seconds,
+    or_none,
+    patterns,
+    positive_integer,
+    rule,
+    seconds,
+    string_dict,
+    string_set,
+    string_tuple,
+)
 
 DAY = 24 * 3600.0
 
-DEFAULTS: dict[str, Any] = {
-    "DATABASE": "default",
-    "NOTIFY": True,
-    "POLL_INTERVAL": 1.0,
-    "BATCH_SIZE": 100,
-    "PREFETCH_SECONDS": 0.05,
-    "OUTCOME_FLUSH_INTERVAL": 0.01,
-    "HEARTBEAT_INTERVAL": 10.0,
-    "LEASE_TIMEOUT": 60.0,
-    "PROGRESS_INTERVAL": 1.0,
-    "MAX_CHECKPOINT_BYTES": 64 * 1024,
-    "REAPER_INTERVAL": 30.0,
-    "MAX_PAYLOAD_BYTES": 256 * 1024,
-    "MAX_RESULT_BYTES": 64 * 1024,
-    "DEFAULT_QUEUE": "default",
-    "QUEUES": None,
-    "DEFAULT_MAX_ATTEMPTS": 5,
-    "BACKOFF_BASE": 2.0,
-    "BACKOFF_CAP": 3600.0,
-    "BACKOFF_JITTER": 0.25,
-    "MAX_ERROR_CHARS": 8000,
-    "SENSITIVE_PAYLOAD_KEYS": (
-        r"passw",
-        r"pwd",
-        r"secret",
-        r"token",
-        r"authori[sz]ation",
-        r"api[-_]?key",
-        r"private[-_]?key",
-        r"credential",
-        r"cookie",
-        r"signature",
-    ),
-    "SCHEDULES": {},
-    "SCHEDULE_TICK_RETENTION": 30 * DAY,
-    "CHECK_OLDEST_DUE_WARNING": 300.0,
-    "CHECK_OLDEST_DUE_CRITICAL": 1800.0,
-    "CHECK_STALE_REAPER_INTERVALS": 3.0,
-    "METRICS_TOKEN": None,
-    "METRICS_MAX_LABEL_VALUES": 100,
-    "LIVENESS_STALL_LIMIT": None,
-    "LIVENESS_OUTAGE_LIMIT": None,
-    "LIVENESS_STUCK_LIMIT": None,
-    "CONNECT_TIMEOUT": 5.0,
-    "TCP_KEEPALIVES_IDLE": 5.0,
-    "TCP_KEEPALIVES_INTERVAL": 2.0,
-    "TCP_KEEPALIVES_COUNT": 3,
-    "TCP_USER_TIMEOUT": 10.0,
-    "STATEMENT_TIMEOUT": 30.0,
-    "RETENTION": {"completed": 7 * DAY, "skipped": 7 * DAY, "cancelled": 30 * DAY, "failed": None},
+#: A shorter bearer token is guessable: the metrics view would be open to anyone who tries.
+MIN_TOKEN_CHARS = 16
+
+#: Key names whose values are masked in the console (searched as regular expressions).
+DEFAULT_SENSITIVE_PAYLOAD_KEYS = (
+    r"passw",
+    r"pwd",
+    r"secret",
+    r"token",
+    r"authori[sz]ation",
+    r"api[-_]?key",
+    r"private[-_]?key",
+    r"credential",
+    r"cookie",
+    r"signature",
+)
+
+#: How long each finished status is kept by default; None keeps it forever.
+DEFAULT_RETENTION: dict[str, float | None] = {
+    "completed": 7 * DAY,
+    "skipped": 7 * DAY,
+    "cancelled": 30 * DAY,
+    "failed": None,
 }
 
-#: Settings whose values are credentials: the worker's start-up log, and anything else that
-#: lists the settings, names them without their values.
-CREDENTIAL_SETTINGS = frozenset({"METRICS_TOKEN"})
+# The connection options that None turns off (django_jobs/runtime/connectivity.py) share a rule.
+_CONNECTION_OPTION = optional_seconds("django_jobs.E020", "the libpq and kernel default")
+# The liveness limits are derived from the intervals while None.
+_LIVENESS_LIMIT = optional_seconds("django_jobs.E031", "derived from the intervals")
+
+
+def _is_queue_name(value: Any) -> bool:
+    from django_jobs.registry import QUEUE_RE  # the registry reads these settings: import on use
+
+    return isinstance(value, str) and bool(QUEUE_RE.match(value))
+
+
+def _is_token(value: Any) -> bool:
+    return isinstance(value, str) and len(value.strip()) >= MIN_TOKEN_CHARS
+
+
+def _retention(value: Any) -> dict[str, float | None]:
+    """The statuses the project sets, over the defaults of the others."""
+    merged = dict(DEFAULT_RETENTION)
+    merged.update(value)
+    return merged
+
+
+def _stall_limit(s: Settings) -> float:
+    return max(30.0, 3 * s.HEARTBEAT_INTERVAL)
+
+
+def _outage_limit(s: Settings) -> float:
+    return max(60.0, 2 * s.LEASE_TIMEOUT)
+
+
+def _stuck_limit(s: Settings) -> float:
+    return max(5.0, s.HEARTBEAT_INTERVAL)
 
 
 class Settings:
-    """Typed, lazy view of ``settings.DJANGO_JOBS`` with the defaults above filled in."""
+    """Typed, lazy view of ``settings.DJANGO_JOBS`` with the defaults filled in: the table."""
 
-    def _get(self, name: str) -> Any:
-        user = getattr(settings, "DJANGO_JOBS", {})
-        if not isinstance(user, dict):  # check E001 reports it; until then, every default holds
-            return DEFAULTS[name]
-        return user.get(name, DEFAULTS[name])
+    DATABASE = Setting(
+        "default",
+        str,
+        None,  # check_database: the alias, the routers and the vendor (E007, E008, E050)
+        "Alias of the database holding the job tables. Another alias needs `DATABASE_ROUTERS = "
+        '["django_jobs.routers.JobsRouter"]` (`django_jobs.E050` checks the routing) and means '
+        "`enqueue()` is no longer atomic with your business writes (`django_jobs.W001`); see "
+        "[scaling](scaling.md#the-job-tables-on-a-database-of-their-own).",
+    )
+    NOTIFY = Setting(
+        True,
+        bool,
+        rule(is_bool, "django_jobs.E015", "must be True or False."),
+        "Workers LISTEN for new jobs on one connection each and start them within milliseconds; "
+        "jobs scheduled for later wake them when due. `False`: polling only, every "
+        "`POLL_INTERVAL` — for PgBouncer in transaction mode, which cannot hold a LISTEN (see "
+        "docs/workers.md).",
+    )
+    POLL_INTERVAL = Setting(
+        1.0,
+        float,
+        seconds("django_jobs.E003"),
+        "How often a worker looks for jobs when nothing wakes it. With `NOTIFY = False`, or while"
+        " its listening connection is down, it claims; an idle listening worker reads instead "
+        "when the next job it could claim is due and which queues are paused (one indexed read), "
+        "so a job it never heard of waits at most this long, and a scheduled one starts when due "
+        "(see docs/workers.md).",
+    )
+    BATCH_SIZE = Setting(
+        100,
+        int,
+        positive_integer("django_jobs.E004"),
+        "Most jobs one claim statement takes; a worker of short jobs holds up to two batches (it "
+        "claims the next while it runs one), and writes outcomes a batch at a time.",
+    )
+    PREFETCH_SECONDS = Setting(
+        0.05,
+        float,
+        seconds("django_jobs.E003"),
+        "How much work, in observed run time, a worker may hold claimed but not yet started.",
+    )
+    OUTCOME_FLUSH_INTERVAL = Setting(
+        0.01,
+        float,
+        seconds("django_jobs.E003"),
+        "Finished executions are written at least this often.",
+    )
+    HEARTBEAT_INTERVAL = Setting(
+        10.0,
+        float,
+        seconds("django_jobs.E003"),
+        "How often a worker extends the lease of the jobs it holds.",
+    )
+    LEASE_TIMEOUT = Setting(
+        60.0,
+        float,
+        seconds("django_jobs.E003"),
+        "How long an execution owns its job without a sign of life (a job type may set its own "
+        "`lease_timeout`). Once the lease expires, the reaper takes the job back.",
+    )
+    PROGRESS_INTERVAL = Setting(
+        1.0,
+        float,
+        seconds("django_jobs.E003"),
+        "`ctx.progress()` writes at most this often (and always when done reaches total).",
+    )
+    MAX_CHECKPOINT_BYTES = Setting(
+        64 * 1024,
+        int,
+        positive_integer("django_jobs.E004"),
+        "Largest checkpoint `ctx.save_checkpoint()` accepts (its UTF-8 JSON encoding); past it, "
+        "or for data that is not plain JSON, the handler gets `InvalidCheckpoint` and nothing is "
+        "written.",
+    )
+    REAPER_INTERVAL = Setting(
+        30.0,
+        float,
+        seconds("django_jobs.E003"),
+        "How often stale running jobs are recovered and old finished jobs pruned.",
+    )
+    MAX_PAYLOAD_BYTES = Setting(
+        256 * 1024,
+        int,
+        positive_integer("django_jobs.E004"),
+        "Largest accepted payload, as UTF-8 JSON.",
+    )
+    MAX_RESULT_BYTES = Setting(
+        64 * 1024,
+        int,
+        positive_integer("django_jobs.E004"),
+        "Largest return value stored for a handler or a task (its UTF-8 JSON encoding). A larger "
+        "one, or one that is not plain JSON, ends the job `failed` with code `RESULT_INVALID`; "
+        "the worker carries on.",
+    )
+    DEFAULT_QUEUE = Setting(
+        "default",
+        str,
+        rule(
+            _is_queue_name,
+            "django_jobs.E014",
+            "is {value!r}, not a queue name.",
+            hint="Letters, digits and _ . : -, at most 100 characters.",
+        ),
+        "Queue of job types that name none.",
+    )
+    QUEUES = Setting(
+        None,
+        optional(string_set),
+        None,  # check_declared_queues, beside the queues it holds the project to (E070)
+        'The queue names your project uses, e.g. `["default", "emails", "reports"]`. Declared, '
+        "`enqueue()` (and `enqueue_many()`, Django tasks, schedules) refuses any other queue with"
+        " `UnknownQueue` — an `InvalidOption` naming the declared queues and the closest one "
+        "(`queue 'defualt' is not declared …: did you mean 'default'?`) — and nothing is written:"
+        " a typo would otherwise create a queue no worker serves. `manage.py check` holds the "
+        "rest to it: `E070` the setting itself, `E071` each `@job(queue=…)`, `E072` each Tasks "
+        "backend's `QUEUES`, `E073` `DEFAULT_QUEUE` and each schedule's `queue`. `None`: any "
+        "valid queue name is accepted.",
+    )
+    DEFAULT_MAX_ATTEMPTS = Setting(
+        5,
+        int,
+        positive_integer("django_jobs.E004"),
+        "Attempts of job types that name none.",
+    )
+    BACKOFF_BASE = Setting(
+        2.0,
+        float,
+        seconds("django_jobs.E003"),
+        "Default retry delay after the first attempt.",
+    )
+    BACKOFF_CAP = Setting(
+        3600.0,
+        float,
+        seconds("django_jobs.E003"),
+        "Longest default retry delay.",
+    )
+    BACKOFF_JITTER = Setting(
+        0.25,
+        float,
+        rule(is_fraction, "django_jobs.E005", "must be between 0 and 1."),
+        "Fraction of a retry delay that is randomised (subtracted), 0–1.",
+    )
+    MAX_ERROR_CHARS = Setting(
+        8000,
+        int,
+        positive_integer("django_jobs.E004"),
+        "Longest sanitized error text stored on a job or event.",
+    )
+    SENSITIVE_PAYLOAD_KEYS = Setting(
+        DEFAULT_SENSITIVE_PAYLOAD_KEYS,
+        string_tuple,
+        patterns("django_jobs.E011"),
+        "Regular expressions searched, case-insensitively, in every key of a payload, checkpoint "
+        "or event detail: the console masks their values for people without "
+        "`django_jobs.view_sensitive_payload` (job types add exact names with `sensitive=`). "
+        "Setting it replaces the list.",
+        shown=", ".join(f"`{pattern}`" for pattern in DEFAULT_SENSITIVE_PAYLOAD_KEYS),
+    )
+    SCHEDULES = Setting(
+        {},
+        string_dict,
+        None,  # check_schedules, entry by entry against the registry (E016 … E019)
+        'Periodic jobs declared in settings, by name: `{"sync-crm-eu": {"type": "crm.sync", '
+        '"cron": "15 * * * *", "tz": "Europe/Berlin"}}`. Each entry has `type` and either `cron` '
+        '(five fields) or `every` (seconds, at least 1), and may set `tz` (`"UTC"`), `payload` '
+        "(`{}`), `queue`, `priority`, `misfire_grace` (`None`: a late tick always runs) and "
+        '`on_running` (`"skip"` or `"enqueue"`). See [scheduling](scheduling.md).',
+    )
+    SCHEDULE_TICK_RETENTION = Setting(
+        30 * DAY,
+        float,
+        None,  # read as a float by the scheduler, not checked
+        "How long the record of each schedule tick is kept; the latest tick of each schedule is "
+        "always kept, since the scheduler resumes from it.",
+        shown="`30 days`",
+    )
+    CHECK_OLDEST_DUE_WARNING = Setting(
+        300.0,
+        float,
+        seconds("django_jobs.E040"),
+        "`checkjobs` and the health check warn about a queue whose oldest due job has waited "
+        "longer than this (seconds). Must be shorter than the critical level "
+        "(`django_jobs.E041`).",
+    )
+    CHECK_OLDEST_DUE_CRITICAL = Setting(
+        1800.0,
+        float,
+        seconds("django_jobs.E040"),
+        "… and report it as critical past this: `checkjobs` exits 1, the health check fails.",
+    )
+    CHECK_STALE_REAPER_INTERVALS = Setting(
+        3.0,
+        float,
+        seconds("django_jobs.E040"),
+        "A running job whose lease expired is a warning; one that expired more than this many "
+        "`REAPER_INTERVAL` ago is critical: no reaper is running.",
+    )
+    METRICS_TOKEN = Setting(
+        None,
+        optional(str),
+        rule(
+            or_none(_is_token),
+            "django_jobs.E030",
+            f"must be None or a string of at least {MIN_TOKEN_CHARS} characters.",
+            hint="Generate one: python -c 'import secrets; print(secrets.token_urlsafe(32))'",
+        ),
+        "Bearer token a Prometheus scrape of the metrics view (`django_jobs.urls`, "
+        "`/jobs/metrics`) or of a worker's `runjobs --metrics-port` presents as `Authorization: "
+        "Bearer <token>`; compared in constant time, at least 16 characters (`E030`). Without it "
+        "only a signed-in staff user may read the view (an anonymous scrape is refused either "
+        "way), and a worker's port answers anyone who reaches it: it listens on `127.0.0.1` "
+        "unless `--metrics-host` says otherwise, and warns at start when it listens further "
+        "without a token. Never logged: the worker's start-up line shows "
+        "`METRICS_TOKEN=[REDACTED]`. See [operations](operations.md#metrics-and-probes).",
+        credential=True,
+    )
+    METRICS_MAX_LABEL_VALUES = Setting(
+        100,
+        int,
+        positive_integer("django_jobs.E004"),
+        "Most distinct values each label of a worker's metrics holds (`type`, `queue`, `code`, "
+        "`status`), an integer > 0 (`E004`); the first values seen keep their series, later ones "
+        "are counted under `other`. Error codes and queue names are chosen by handlers and "
+        "callers: a code holding a job's id would otherwise make a series per job.",
+    )
+    LIVENESS_STALL_LIMIT = Setting(
+        None,
+        float,
+        _LIVENESS_LIMIT,
+        "A worker whose claim loop or heartbeat thread has not turned for this long is not live "
+        "(`/healthz` 503, the health file ages).",
+        when_none=_stall_limit,
+        shown="`None`: 3 × `HEARTBEAT_INTERVAL`, at least 30",
+    )
+    LIVENESS_OUTAGE_LIMIT = Setting(
+        None,
+        float,
+        _LIVENESS_LIMIT,
+        "A worker that could not reach the database for this long is not live; it is not ready "
+        "(`/readyz` 503) from the first failure.",
+        when_none=_outage_limit,
+        shown="`None`: 2 × `LEASE_TIMEOUT`, at least 60",
+    )
+    LIVENESS_STUCK_LIMIT = Setting(
+        None,
+        float,
+        _LIVENESS_LIMIT,
+        "An execution still running this long past its deadline counts as stuck (a thread the "
+        "pool already replaced counts at once); a worker with as many stuck executions as slots "
+        "is not live.",
+        when_none=_stuck_limit,
+        shown="`None`: `HEARTBEAT_INTERVAL`, at least 5",
+    )
+    CONNECT_TIMEOUT = Setting(
+        5.0,
+        optional(float),
+        _CONNECTION_OPTION,
+        "A worker process's attempt to connect gives up after this long and is retried (libpq "
+        "`connect_timeout`, whole seconds, at least 2), instead of waiting out the kernel's SYN "
+        "retries (about two minutes) while the network is cut.",
+    )
+    TCP_KEEPALIVES_IDLE = Setting(
+        5.0,
+        optional(float),
+        _CONNECTION_OPTION,
+        "A worker process's connections send a TCP keepalive probe after this long without "
+        "traffic (libpq `keepalives_idle`, whole seconds).",
+    )
+    TCP_KEEPALIVES_INTERVAL = Setting(
+        2.0,
+        optional(float),
+        _CONNECTION_OPTION,
+        "Seconds between two unanswered keepalive probes (libpq `keepalives_interval`).",
+    )
+    TCP_KEEPALIVES_COUNT = Setting(
+        3,
+        optional(int),
+        rule(or_none(is_positive_integer), "django_jobs.E021", "must be None or an integer > 0."),
+        "Unanswered probes after which the peer is given up (libpq `keepalives_count`): with the "
+        "defaults, a silent dead peer is noticed within 11 s.",
+    )
+    TCP_USER_TIMEOUT = Setting(
+        10.0,
+        optional(float),
+        _CONNECTION_OPTION,
+        "A worker process's connection whose sent data stays unacknowledged this long is closed "
+        "(libpq `tcp_user_timeout`): a statement sent into a network cut fails within seconds and"
+        " the worker reconnects, instead of waiting on the kernel's retransmission back-off (up "
+        "to about 15 minutes).",
+    )
+    STATEMENT_TIMEOUT = Setting(
+        30.0,
+        optional(float),
+        _CONNECTION_OPTION,
+        "Longest run of the worker's own statements: claims, heartbeats, outcomes, the reaper's "
+        "and the scheduler's passes (a `statement_timeout` set on their connections). Never set "
+        "on the connections handlers use. `None` behind PgBouncer in transaction mode (set it on "
+        "the role instead).",
+    )
+    RETENTION = Setting(
+        DEFAULT_RETENTION,
+        _retention,
+        durations_by_status(tuple(DEFAULT_RETENTION), "django_jobs.E012", "django_jobs.E013"),
+        "How long finished jobs are kept, per status; `None` keeps them.",
+        shown='`{"completed": 7 days, "skipped": 7 days, "cancelled": 30 days, "failed": None}`',
+    )
 
-    @property
-    def DATABASE(self) -> str:
-        return str(self._get("DATABASE"))
 
-    @property
-    def NOTIFY(self) -> bool:
-        return bool(self._get("NOTIFY"))
+#: Every setting, in the order of docs/configuration.md.
+TABLE: tuple[Setting[Any], ...] = tuple(v for v in vars(Settings).values() if isinstance(v, Setting))
 
-    @property
-    def SCHEDULES(self) -> dict[str, Any]:
-        return dict(self._get("SCHEDULES"))
+DEFAULTS: dict[str, Any] = {s.name: s.default for s in TABLE}
 
-    @property
-    def SCHEDULE_TICK_RETENTION(self) -> float:
-        return float(self._get("SCHEDULE_TICK_RETENTION"))
-
-    @property
-    def POLL_INTERVAL(self) -> float:
-        return float(self._get("POLL_INTERVAL"))
-
-    @property
-    def BATCH_SIZE(self) -> int:
-        return int(self._get("BATCH_SIZE"))
-
-    @property
-    def PREFETCH_SECONDS(self) -> float:
-        return float(self._get("PREFETCH_SECONDS"))
-
-    @property
-    def OUTCOME_FLUSH_INTERVAL(self) -> float:
-        return float(self._get("OUTCOME_FLUSH_INTERVAL"))
-
-    @property
-    def HEARTBEAT_INTERVAL(self) -> float:
-        return float(self._get("HEARTBEAT_INTERVAL"))
-
-    @property
-    def LEASE_TIMEOUT(self) -> float:
-        return float(self._get("LEASE_TIMEOUT"))
-
-    @property
-    def PROGRESS_INTERVAL(self) -> float:
-        return float(self._get("PROGRESS_INTERVAL"))
-
-    @property
-    def MAX_CHECKPOINT_BYTES(self) -> int:
-        return int(self._get("MAX_CHECKPOINT_BYTES"))
-
-    @property
-    def REAPER_INTERVAL(self) -> float:
-        return float(self._get("REAPER_INTERVAL"))
-
-    @property
-    def MAX_PAYLOAD_BYTES(self) -> int:
-        return int(self._get("MAX_PAYLOAD_BYTES"))
-
-    @property
-    def MAX_RESULT_BYTES(self) -> int:
-        return int(self._get("MAX_RESULT_BYTES"))
-
-    @property
-    def DEFAULT_QUEUE(self) -> str:
-        return str(self._get("DEFAULT_QUEUE"))
-
-    @property
-    def QUEUES(self) -> frozenset[str] | None:
-        """The declared queue names; None when the project declares none (any name goes)."""
-        declared = self._get("QUEUES")
-        return None if declared is None else frozenset(declared)
-
-    @property
-    def DEFAULT_MAX_ATTEMPTS(self) -> int:
-        return int(self._get("DEFAULT_MAX_ATTEMPTS"))
-
-    @property
-    def BACKOFF_BASE(self) -> float:
-        return float(self._get("BACKOFF_BASE"))
-
-    @property
-    def BACKOFF_CAP(self) -> float:
-        return float(self._get("BACKOFF_CAP"))
-
-    @property
-    def BACKOFF_JITTER(self) -> float:
-        return float(self._get("BACKOFF_JITTER"))
-
-    @property
-    def MAX_ERROR_CHARS(self) -> int:
-        return int(self._get("MAX_ERROR_CHARS"))
-
-    @property
-    def SENSITIVE_PAYLOAD_KEYS(self) -> tuple[str, ...]:
-        return tuple(self._get("SENSITIVE_PAYLOAD_KEYS"))
-
-    @property
-    def CHECK_OLDEST_DUE_WARNING(self) -> float:
-        return float(self._get("CHECK_OLDEST_DUE_WARNING"))
-
-    @property
-    def CHECK_OLDEST_DUE_CRITICAL(self) -> float:
-        return float(self._get("CHECK_OLDEST_DUE_CRITICAL"))
-
-    @property
-    def CHECK_STALE_REAPER_INTERVALS(self) -> float:
-        return float(self._get("CHECK_STALE_REAPER_INTERVALS"))
-
-    @property
-    def METRICS_TOKEN(self) -> str | None:
-        token = self._get("METRICS_TOKEN")
-        return None if token is None else str(token)
-
-    @property
-    def METRICS_MAX_LABEL_VALUES(self) -> int:
-        return int(self._get("METRICS_MAX_LABEL_VALUES"))
-
-    @property
-    def LIVENESS_STALL_LIMIT(self) -> float:
-        return self._derived("LIVENESS_STALL_LIMIT", max(30.0, 3 * self.HEARTBEAT_INTERVAL))
-
-    @property
-    def LIVENESS_OUTAGE_LIMIT(self) -> float:
-        return self._derived("LIVENESS_OUTAGE_LIMIT", max(60.0, 2 * self.LEASE_TIMEOUT))
-
-    @property
-    def LIVENESS_STUCK_LIMIT(self) -> float:
-        return self._derived("LIVENESS_STUCK_LIMIT", max(5.0, self.HEARTBEAT_INTERVAL))
-
-    @property
-    def CONNECT_TIMEOUT(self) -> float | None:
-        return self._optional("CONNECT_TIMEOUT")
-
-    @property
-    def TCP_KEEPALIVES_IDLE(self) -> float | None:
-        return self._optional("TCP_KEEPALIVES_IDLE")
-
-    @property
-    def TCP_KEEPALIVES_INTERVAL(self) -> float | None:
-        return self._optional("TCP_KEEPALIVES_INTERVAL")
-
-    @property
-    def TCP_KEEPALIVES_COUNT(self) -> int | None:
-        value = self._get("TCP_KEEPALIVES_COUNT")
-        return None if value is None else int(value)
-
-    @property
-    def TCP_USER_TIMEOUT(self) -> float | None:
-        return self._optional("TCP_USER_TIMEOUT")
-
-    @property
-    def STATEMENT_TIMEOUT(self) -> float | None:
-        return self._optional("STATEMENT_TIMEOUT")
-
-    def _optional(self, name: str) -> float | None:
-        """A duration that ``None`` turns off."""
-        value = self._get(name)
-        return None if value is None else float(value)
-
-    def _derived(self, name: str, default: float) -> float:
-        """A limit that defaults to a value derived from other settings."""
-        value = self._get(name)
-        return default if value is None else float(value)
-
-    @property
-    def RETENTION(self) -> dict[str, float | None]:
-        merged: dict[str, float | None] = dict(DEFAULTS["RETENTION"])
-        merged.update(self._get("RETENTION"))
-        return merged
-
+#: Settings whose values are credentials: the worker's start-up log, and anything else that
+#: lists the settings, names them without their values.
+CREDENTIAL_SETTINGS = frozenset(s.name for s in TABLE if s.credential)
 
 jobs_settings = Settings()
+
+
+def _docstring_entry(s: Setting[Any]) -> str:
+    return f"``{s.name}`` ({s.default_text()})\n    {s.doc}"
+
+
+__doc__ = "\n\n".join([__doc__ or "", *map(_docstring_entry, TABLE)])

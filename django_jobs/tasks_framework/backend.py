@@ -26,7 +26,6 @@ import uuid
 from typing import Any
 
 from django.apps import apps
-from django.conf import settings
 from django.core import checks
 from django.core.exceptions import ImproperlyConfigured
 from django.utils.module_loading import import_string
@@ -37,6 +36,7 @@ from django_jobs.enqueueing import enqueue
 from django_jobs.errors import EnqueueError
 from django_jobs.jsonvalues import plain_json_problem
 from django_jobs.registry import QUEUE_RE
+from django_jobs.setting import user_settings
 from django_jobs.tasks_framework import api as taskapi
 from django_jobs.tasks_framework import run as taskrun
 from django_jobs.tasks_framework.api import ArgumentsNotJSON, InvalidTask, TaskResultDoesNotExist
@@ -248,8 +248,7 @@ def _setting_default(option: str, kind: type, minimum: float, maximum: float) ->
     setting = _SETTING_OF.get(option)
     if setting is None:
         return None
-    user = getattr(settings, "DJANGO_JOBS", {})
-    value = user.get(setting, DEFAULTS[setting]) if isinstance(user, dict) else DEFAULTS[setting]
+    value = user_settings().get(setting, DEFAULTS[setting])
     if _number_problem(value, kind, minimum, maximum) is not None:
         value = DEFAULTS[setting]
     return kind(value)
