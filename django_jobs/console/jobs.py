@@ -15,10 +15,7 @@ index, and the list reads nothing but the job rows.
 
 from __future__ import annotations
 
-import datetime as dt
-import json
 import re
-from dataclasses import dataclass
 from typing import Any
 
 from django.contrib import admin
@@ -27,11 +24,11 @@ from django.db.models import BooleanField, ExpressionWrapper, Q, QuerySet
 from django.db.models.functions import Now
 from django.http import HttpRequest, HttpResponse
 from django.urls import URLPattern, path
-from django.utils import timezone
 from django.utils.html import format_html
 from django.utils.http import urlencode
 
 from django_jobs import masking
+from django_jobs.console.display import duration, external_calls, json_block, read_now, visible
 from django_jobs.console.job_actions import ACTIONS, JobActionPages, bulk
 from django_jobs.console.listing import (
     JOB_ID,
@@ -47,14 +44,12 @@ from django_jobs.console.listing import (
 )
 from django_jobs.console.pages import plain_refusal
 from django_jobs.console.queues import QueuePages
-from django_jobs.models import ExternalCall, Job, JobEvent
+from django_jobs.models import Job, JobEvent
 from django_jobs.observe import diagnosis
 from django_jobs.states import JobStatus
 
 #: The job page shows this many events at a time, newest first, with a link to older ones.
 EVENTS_PER_PAGE = 50
-#: The job page lists this many marks of external calls, newest first.
-CALLS_SHOWN = 50
 
 _EVENT_ID = re.compile(r"^[0-9]{1,18}$")
 
@@ -188,16 +183,16 @@ class JobAdmin(JobActionPages, QueuePages):
 
     @admin.display(description="age / available in")
     def timing(self, job: Job) -> str:
-        now = _database_now(job)
+        now = read_now(job)
         if job.status == JobStatus.PENDING:
             if job.available_at > now:
-                return f"in {_duration(job.available_at - now)}"
-            return f"waiting {_duration(now - job.available_at)}"
+                return f"in {duration(job.available_at - now)}"
+            return f"waiting {duration(now - job.available_at)}"
         if job.status == JobStatus.RUNNING and job.started_at:
-            return f"running {_duration(now - job.started_at)}"
+            return f"running {duration(now - job.started_at)}"
         if job.finished_at:
-            return f"{_duration(now - job.finished_at)} ago"
-        return f"created {_duration(now - job.created_at)} ago"
+            return f"{duration(now - job.finished_at)} ago"
+        return f"created {duration(now - job.created_at)} ago"
 
     # ---- the detail -------------------------------------------------------------------------
 
@@ -210,19 +205,19 @@ class JobAdmin(JobActionPages, QueuePages):
 
     @admin.display(description="payload")
     def payload_pretty(self, job: Job) -> str:
-        return _json_block(_visible(job, job.payload))
+        return json_block(visible(job, job.payload))
 
     @admin.display(description="checkpoint")
     def checkpoint_pretty(self, job: Job) -> str:
         if job.checkpoint is None:
             return "—"
-        return _json_block(_visible(job, job.checkpoint))
+        return json_block(visible(job, job.checkpoint))
 
     @admin.display(description="return value")
     def return_value_pretty(self, job: Job) -> str:
         if job.status != JobStatus.COMPLETED:
             return "—"
-        return _json_block(_visible(job, job.return_value))
+        return json_block(visible(job, job.return_value))
 
     @admin.display(description="last error (sanitized)")
     def last_error_pretty(self, job: Job) -> str:
@@ -245,7 +240,7 @@ class JobAdmin(JobActionPages, QueuePages):
     def heartbeat_age(self, job: Job) -> str:
         if job.heartbeat_at is None or job.status != JobStatus.RUNNING:
             return "—"  # a finished job's last beat would only suggest it still runs
-        age = _duration(_database_now(job) - job.heartbeat_at)
+        age = duration(read_now(job) - job.heartbeat_at)
         return f"{age} ago ({job.heartbeat_at:%Y-%m-%d %H:%M:%S})"
 
     def change_view(
@@ -262,7 +257,7 @@ class JobAdmin(JobActionPages, QueuePages):
         context = dict(extra_context or {})
         if job is not None:
             context.update(self._history(request, job, int(before) if before else None))
-            context["external_calls"] = _external_calls(job)
+            context["external_calls"] = external_calls(job)
             context["diagnosis"] = diagnosis.explain(job)
             context["job_actions"] = [
                 (action, self.action_url(action.name, [job.id]))
@@ -301,55 +296,3 @@ class JobAdmin(JobActionPages, QueuePages):
             path("queue/<str:verb>/", site.admin_view(self.queue_action_view), name="django_jobs_queue"),
             *super().get_urls(),
         ]
-
-
-@dataclass(frozen=True)
-class CallShown:
-    mark: ExternalCall
-    #: Whether it is a mark of the execution running the job now.
-    current: bool
-    #: What became of the call, in words.
-    state: str
-
-
-def _external_calls(job: Job) -> list[CallShown]:
-    """The marks of the job's external calls, newest first, each with what became of it."""
-    running = job.execution_id if job.status == JobStatus.RUNNING else None
-    shown = []
-    for mark in ExternalCall.objects.filter(job_id=job.id).order_by("-id")[:CALLS_SHOWN]:
-        current = mark.execution_id == running
-        if mark.ended_at is not None:
-            state = f"raised {mark.exception}" if mark.exception else "returned"
-        elif current:
-            state = "in progress"
-        else:
-            state = "no end recorded: its execution was lost during the call"
-        shown.append(CallShown(mark, current, state))
-    return shown
-
-
-def _database_now(job: Job) -> dt.datetime:
-    """The database's clock as read with the row (see ``get_queryset``)."""
-    return getattr(job, "db_now", None) or timezone.now()
-
-
-def _visible(job: Job, value: Any) -> Any:
-    """A JSON value of the job as this viewer may see it."""
-    if getattr(job, "shows_sensitive", False):
-        return value
-    return masking.masker_for(job.type).mask(value)
-
-
-def _json_block(value: Any) -> str:
-    return format_html("<pre class='djj-json'>{}</pre>", json.dumps(value, indent=2, ensure_ascii=False))
-
-
-def _duration(delta: dt.timedelta) -> str:
-    seconds = max(0, int(delta.total_seconds()))
-    if seconds < 120:
-        return f"{seconds}s"
-    if seconds < 7200:
-        return f"{seconds // 60}m"
-    if seconds < 172800:
-        return f"{seconds // 3600}h"
-    return f"{seconds // 86400}d"

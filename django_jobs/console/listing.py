@@ -5,7 +5,6 @@ index, and a change list that reads nothing but the columns it shows.
 
 from __future__ import annotations
 
-import json
 import re
 from typing import Any
 
@@ -13,12 +12,12 @@ from django.contrib import admin
 from django.contrib.admin.views.main import ChangeList
 from django.core.exceptions import BadRequest
 from django.core.paginator import InvalidPage, Paginator
-from django.db import connections
 from django.db.models import QuerySet
 from django.http import HttpRequest
 from django.utils.functional import cached_property
 
 from django_jobs.models import Job
+from django_jobs.reads.estimates import estimated_rows
 from django_jobs.states import JobStatus
 
 #: Above this many rows (by the planner's estimate) the list shows an estimate, not a count.
@@ -58,18 +57,10 @@ class EstimatedCountPaginator(Paginator):  # type: ignore[type-arg]  # generic o
         queryset = self.object_list
         if not isinstance(queryset, QuerySet):
             return len(queryset)
-        sql, params = queryset.query.sql_with_params()
-        with connections[queryset.db].cursor() as cursor:
-            cursor.execute("EXPLAIN (FORMAT JSON) " + sql, params)
-            estimate = int(_first(cursor.fetchone())[0]["Plan"]["Plan Rows"])
+        estimate = estimated_rows(queryset)
         if estimate > EXACT_COUNT_LIMIT:
             return estimate
         return queryset.count()
-
-
-def _first(row: Any) -> Any:
-    plan = row[0]
-    return json.loads(plan) if isinstance(plan, str) else plan
 
 
 # ---- filters: choices without reading the table ---------------------------------------------------
