@@ -47,7 +47,7 @@ WHERE status = 'completed' AND finished_at > now() - interval '1 hour'
 GROUP BY type ORDER BY type
 """
 #: Pending jobs of one type due longer than its SLA, and the oldest one's age, up to a cap:
-#: django_jobs_type (type, -id) or the pending-only claim index; the LIMIT bounds the rows read.
+#: pending rows only, through django_jobs_status (or django_jobs_type); the LIMIT bounds the read.
 SLA = """
 SELECT count(*), EXTRACT(EPOCH FROM now() - min(available_at)) FROM (
     SELECT available_at FROM django_jobs_job
@@ -55,13 +55,15 @@ SELECT count(*), EXTRACT(EPOCH FROM now() - min(available_at)) FROM (
     LIMIT %s
 ) AS late
 """
-#: Running jobs per worker, for the given workers: django_jobs_running (running only).
+#: Running jobs per worker, for the given workers: running rows only, through django_jobs_status
+#: or django_jobs_running.
 HELD_BY = """
 SELECT worker_id, count(*) FROM django_jobs_job
 WHERE status = 'running' AND worker_id = ANY(%s) GROUP BY worker_id
 """
 #: Jobs of one status finished longer ago than retention keeps them, and the oldest, up to a
-#: cap: django_jobs_finished (status, finished_at).
+#: cap: django_jobs_finished (status, finished_at); when most rows are that old the planner may
+#: read the table instead, and stops at the cap.
 PRUNABLE = """
 SELECT count(*), min(finished_at) FROM (
     SELECT finished_at FROM django_jobs_job

@@ -2,7 +2,7 @@
 person, and who paused the queue. The dashboard's queue table and the metrics view's gauges read
 the same numbers, from here.
 
-Each aggregate matches one partial index exactly, so PostgreSQL answers from the index.
+Each statement reads only the rows of the statuses it counts, through an index of them.
 """
 
 from __future__ import annotations
@@ -33,13 +33,15 @@ class QueueRow:
     pause_reason: str | None = None
 
 
-#: Pending, due and the oldest due job's age, per queue: django_jobs_claim_queue (pending only).
+#: Pending, due and the oldest due job's age, per queue: pending rows only, through
+#: django_jobs_claim_queue or the (status, -id) entries of django_jobs_status.
 PENDING = """
 SELECT queue, count(*), count(*) FILTER (WHERE available_at <= now()),
        EXTRACT(EPOCH FROM now() - min(available_at) FILTER (WHERE available_at <= now()))
 FROM django_jobs_job WHERE status = 'pending' GROUP BY queue
 """
-#: Running and expired leases, per queue: django_jobs_running (running only).
+#: Running and expired leases, per queue: running rows only, through django_jobs_running or
+#: django_jobs_status.
 RUNNING = """
 SELECT queue, count(*), count(*) FILTER (WHERE lease_expires_at < now())
 FROM django_jobs_job WHERE status = 'running' GROUP BY queue
