@@ -21,11 +21,19 @@ from typing import TYPE_CHECKING
 from django_jobs import transitions
 from django_jobs.conf import jobs_settings
 from django_jobs.console import audit as consolelog
+from django_jobs.console.reasons import MAX_ACTOR_CHARS, MAX_REASON_CHARS, check_text, reason_problem
 from django_jobs.errors import JobNotFound
 from django_jobs.models import Job
 from django_jobs.observe.diagnosis import MAX_JOB_ID
 from django_jobs.states import JobStatus
 from django_jobs.transitions import ActionRefused, CancelResult
+
+# With the rules of who and why (MAX_*_CHARS, reason_problem), which callers such as
+# ``manage.py jobs`` check before they call.
+__all__ = [
+    "LIST_COLUMNS", "MAX_ACTOR_CHARS", "MAX_LISTED", "MAX_REASON_CHARS", "cancel", "default_actor",
+    "newest_jobs", "reason_problem", "resolve", "retry",
+]  # fmt: skip
 
 if TYPE_CHECKING:
     from django.contrib.auth.base_user import AbstractBaseUser
@@ -33,11 +41,6 @@ if TYPE_CHECKING:
     #: Who acts: a Django user (their username is recorded, and an admin log entry written),
     #: or a plain name such as ``"billing-cron"``.
     Actor = str | AbstractBaseUser
-
-#: As in the console: the reason is kept in the job's history, whole.
-MAX_REASON_CHARS = 2000
-#: ``JobEvent.actor`` holds this many characters.
-MAX_ACTOR_CHARS = 150
 
 
 def retry(job_id: int, *, reason: str, actor: Actor | None = None) -> str:
@@ -109,24 +112,10 @@ def _actor_name(actor: Actor | None) -> str:
     if actor is None:
         return default_actor()[:MAX_ACTOR_CHARS]
     name = actor if isinstance(actor, str) else actor.get_username()
-    if not isinstance(name, str) or not name.strip():
-        raise ValueError("say who acts: the actor must be a user or a non-empty string")
-    if "\x00" in name:
-        raise ValueError("the actor holds a NUL character, which cannot be stored")
-    if len(name) > MAX_ACTOR_CHARS:
-        raise ValueError(f"the actor is longer than {MAX_ACTOR_CHARS} characters")
+    check_text(
+        "actor", name, MAX_ACTOR_CHARS, empty="say who acts: the actor must be a user or a non-empty string"
+    )
     return name
-
-
-def reason_problem(reason: object) -> str | None:
-    """Why a reason cannot be recorded, in words; None when it can."""
-    if not isinstance(reason, str) or not reason.strip():
-        return "Say why: the reason is kept in the job's history."
-    if "\x00" in reason:
-        return "The reason holds a NUL character, which cannot be stored."
-    if len(reason) > MAX_REASON_CHARS:
-        return f"Keep the reason under {MAX_REASON_CHARS} characters."
-    return None
 
 
 def _check_reason(reason: object) -> None:

@@ -18,11 +18,9 @@ from dataclasses import dataclass
 
 from django_jobs import transitions
 from django_jobs.conf import jobs_settings
+from django_jobs.console.reasons import MAX_ACTOR_CHARS, MAX_REASON_CHARS, check_text
 from django_jobs.models import Job, Queue
 from django_jobs.registry import QUEUE_RE, registry
-
-MAX_REASON_CHARS = 2000
-MAX_ACTOR_CHARS = 150
 
 
 class InvalidQueue(ValueError):
@@ -101,9 +99,4 @@ def _check(name: object, actor: object, reason: object) -> None:
             f"{name!r} is not a valid queue name (letters, digits and _ . : -, up to 100 characters)"
         )
     for what, value, limit in (("actor", actor, MAX_ACTOR_CHARS), ("reason", reason, MAX_REASON_CHARS)):
-        if not isinstance(value, str) or not value.strip():
-            raise ValueError(f"say who and why: the {what} must be a non-empty string")
-        if "\x00" in value:
-            raise ValueError(f"the {what} holds a NUL character, which cannot be stored")
-        if len(value) > limit:
-            raise ValueError(f"the {what} is longer than {limit} characters")
+        check_text(what, value, limit, empty=f"say who and why: the {what} must be a non-empty string")

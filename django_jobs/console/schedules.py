@@ -15,7 +15,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.contrib import admin, messages
-from django.db import connections
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
@@ -24,14 +23,15 @@ from django.utils.html import format_html
 from django.views.decorators.http import require_http_methods
 
 from django_jobs import transitions
-from django_jobs.conf import jobs_settings
 from django_jobs.console import audit as consolelog
+from django_jobs.console.pages import plain_refusal
+from django_jobs.console.reasons import reason_problem
 from django_jobs.maintenance.periodic import run_now
 from django_jobs.models import Job, ScheduleState, ScheduleTick
+from django_jobs.reads.clock import database_now
 from django_jobs.schedules import Schedule, declared_schedules
 
 MANAGE_PERMISSION = "django_jobs.manage_schedule"
-MAX_REASON_CHARS = 2000
 
 
 @dataclass(frozen=True)
@@ -58,7 +58,6 @@ SCHEDULE_VERBS = {
 }  # fmt: skip
 
 
-@admin.register(ScheduleTick)
 class ScheduleTickAdmin(admin.ModelAdmin):  # type: ignore[type-arg]  # generic only in the stubs
     list_display = ("schedule", "declared_as", "tick_at", "outcome", "coalesced", "job", "worker_id")
     list_filter = ("outcome", "schedule")
@@ -92,7 +91,7 @@ class ScheduleTickAdmin(admin.ModelAdmin):  # type: ignore[type-arg]  # generic 
     # ---- the schedules above the ticks --------------------------------------------------------
 
     def changelist_view(self, request: HttpRequest, extra_context: dict[str, Any] | None = None) -> Any:
-        now = _db_now()
+        now = database_now()
         context = {
             **(extra_context or {}),
             "db_now": now,
@@ -110,17 +109,17 @@ class ScheduleTickAdmin(admin.ModelAdmin):  # type: ignore[type-arg]  # generic 
         """Disable, enable or run now one schedule (``?schedule=NAME``): a confirmation page
         with a reason, then the audited change."""
         if verb not in SCHEDULE_VERBS:
-            return _plain(f"unknown schedule action {verb!r}", status=400)
+            return plain_refusal(f"unknown schedule action {verb!r}", status=400)
         if not request.user.has_perm(MANAGE_PERMISSION):
-            return _plain(f"You may not {verb} schedules: it takes {MANAGE_PERMISSION}.", status=403)
+            return plain_refusal(f"You may not {verb} schedules: it takes {MANAGE_PERMISSION}.", status=403)
         action = SCHEDULE_VERBS[verb]
         name = (request.POST if request.method == "POST" else request.GET).get("schedule", "")
         declared = {s.name: s for s in declared_schedules()}
         known = name in declared or ScheduleTick.objects.filter(schedule=name).exists()
         if not known or (action.needs_declaration and name not in declared):
-            return _plain("schedule must name a declared schedule", status=400)
+            return plain_refusal("schedule must name a declared schedule", status=400)
         reason = request.POST.get("reason", "").strip() if request.method == "POST" else ""
-        error = _reason_problem(reason) if request.method == "POST" else None
+        error = reason_problem(reason, kept_in="the schedule's history") if request.method == "POST" else None
         if request.method == "POST" and error is None:
             actor = request.user.get_username()
             try:
@@ -148,13 +147,6 @@ class ScheduleTickAdmin(admin.ModelAdmin):  # type: ignore[type-arg]  # generic 
             context,
             status=400 if error else 200,
         )
-
-
-def _plain(text: str, status: int) -> HttpResponse:
-    """A refusal as plain text: it may quote the URL, which must never be read as markup."""
-    response = HttpResponse(text, status=status, content_type="text/plain; charset=utf-8")
-    response["X-Content-Type-Options"] = "nosniff"
-    return response
 
 
 def _apply(verb: str, schedule: Schedule | None, name: str, actor: str, reason: str) -> str:
@@ -205,20 +197,3 @@ def schedule_rows(now: dt.datetime) -> list[ScheduleRow]:
             )
         )
     return rows
-
-
-def _db_now() -> dt.datetime:
-    with connections[jobs_settings.DATABASE].cursor() as cursor:
-        cursor.execute("SELECT now()")
-        now: dt.datetime = cursor.fetchone()[0]
-    return now
-
-
-def _reason_problem(reason: str) -> str | None:
-    if not reason:
-        return "Say why: the reason is kept in the schedule's history."
-    if "\x00" in reason:
-        return "The reason holds a NUL character, which cannot be stored."
-    if len(reason) > MAX_REASON_CHARS:
-        return f"Keep the reason under {MAX_REASON_CHARS} characters."
-    return None

@@ -23,12 +23,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from django.apps import apps
-from django.db import connections
 
 from django_jobs.apps import discovered_module_names, discovered_modules
 from django_jobs.conf import jobs_settings
 from django_jobs.errors import JobNotFound as JobNotFound  # re-exported: callers of explain() catch it here
 from django_jobs.models import Job, JobEvent, LiveWorker, Queue, RateWindow, silence_threshold
+from django_jobs.reads.clock import database_now
 from django_jobs.registry import registry
 from django_jobs.states import EventKind, JobStatus
 
@@ -101,9 +101,7 @@ def explain(job_or_id: Job | int) -> Explanation:
     """
     db = jobs_settings.DATABASE
     job = _load(job_or_id, db)
-    with connections[db].cursor() as cursor:
-        cursor.execute("SELECT now()")
-        now: dt.datetime = cursor.fetchone()[0]
+    now = database_now()
     evidence: list[tuple[str, str]] = [
         ("status", job.status),
         ("type", f"{job.type} (payload version {job.version})"),

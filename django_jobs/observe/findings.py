@@ -12,20 +12,20 @@ Three questions, each a few index probes whatever the size of the job table:
   oldest expired more than ``CHECK_STALE_REAPER_INTERVALS`` × ``REAPER_INTERVAL`` ago (no
   reaper is running). Counted up to ``COUNT_CAP`` through the ``django_jobs_running`` index.
 
-Paused queues are left out of the first two: their backlog waits for a person, on purpose.
+Paused queues are left out of the first two: their backlog waits for a person, on purpose. The
+statements are in :mod:`django_jobs.reads.findings`.
 """
 
 from __future__ import annotations
 
-import datetime as dt
 import enum
 from dataclasses import dataclass
 from typing import Any
 
-from django.db import connections
-
 from django_jobs.conf import jobs_settings
 from django_jobs.models import Job, LiveWorker, Queue, silence_threshold
+from django_jobs.reads import findings as reads
+from django_jobs.reads.clock import database_now
 
 #: Counting stale running jobs stops here: "N+" is enough to act on.
 COUNT_CAP = 10_000
@@ -60,53 +60,20 @@ class Finding:
         }
 
 
-# The oldest pending job of one queue: a walk down its distinct priorities through the claim
-# index, then the first entry of each priority. min(available_at) over the whole queue would read
-# every index entry of a backlog; this reads one per distinct priority (there are few).
-_OLDEST_PENDING = """
-WITH RECURSIVE p AS (
-    SELECT max(priority) AS priority FROM django_jobs_job WHERE status = 'pending' AND queue = %(queue)s
-    UNION ALL
-    SELECT (SELECT max(priority) FROM django_jobs_job
-            WHERE status = 'pending' AND queue = %(queue)s AND priority < p.priority)
-    FROM p WHERE p.priority IS NOT NULL
-)
-SELECT EXTRACT(EPOCH FROM now() - min(
-    (SELECT min(available_at) FROM django_jobs_job
-     WHERE status = 'pending' AND queue = %(queue)s AND priority = p.priority)))
-FROM p WHERE p.priority IS NOT NULL
-"""
-# Expired leases, oldest first, through the django_jobs_running index; capped.
-_STALE = """
-SELECT count(*), EXTRACT(EPOCH FROM now() - min(lease_expires_at)) FROM (
-    SELECT lease_expires_at FROM django_jobs_job
-    WHERE status = 'running' AND lease_expires_at < now() LIMIT %s
-) AS stale
-"""
-
-
 def find() -> list[Finding]:
     """Every finding now, critical ones first."""
     db = jobs_settings.DATABASE
     findings: list[Finding] = []
     paused = set(Queue.objects.using(db).filter(paused_at__isnull=False).values_list("name", flat=True))
     queues = [q for q in Job.objects.using(db).distinct_values("queue") if q not in paused]
-    with connections[db].cursor() as cursor:
-        cursor.execute("SELECT now()")
-        now: dt.datetime = cursor.fetchone()[0]
-        oldest: dict[str, float] = {}
-        for queue in queues:
-            cursor.execute(_OLDEST_PENDING, {"queue": queue})
-            age = cursor.fetchone()[0]
-            if age is not None and float(age) >= 0:
-                oldest[queue] = float(age)  # its oldest pending job is due: the queue has due jobs
-        cursor.execute(_STALE, [COUNT_CAP])
-        stale, stale_age = cursor.fetchone()
+    now = database_now()
+    oldest = reads.oldest_pending_ages(queues)  # the queues whose oldest pending job is due
+    stale, stale_age = reads.stale_running(COUNT_CAP)
     live = [w for w in LiveWorker.objects.using(db) if w.is_alive(now)]
     for queue, age in sorted(oldest.items()):
         findings.extend(_backlog(queue, age, live))
-    if stale:
-        findings.append(_stale(stale, float(stale_age)))
+    if stale and stale_age is not None:
+        findings.append(_stale(stale, stale_age))
     return sorted(findings, key=lambda f: (not f.critical, f.code, f.queue or ""))
 
 

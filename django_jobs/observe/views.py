@@ -15,8 +15,8 @@ from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET
 
 from django_jobs.conf import jobs_settings
-from django_jobs.console.dashboard import queue_rows
 from django_jobs.observe import metrics
+from django_jobs.reads.queues import queue_rows
 
 
 @require_GET
@@ -48,7 +48,7 @@ def metrics_view(request: HttpRequest) -> HttpResponse:
 
 
 class _QueueState:
-    """Reads the dashboard's per-queue figures at each scrape."""
+    """Reads the per-queue figures at each scrape: the numbers of the dashboard's queue table."""
 
     def collect(self):  # type: ignore[no-untyped-def]
         return metrics.queue_families(queue_rows())

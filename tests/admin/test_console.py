@@ -14,7 +14,8 @@ from django.test import Client
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from django_jobs.console.admin import ACTIONS, EXACT_COUNT_LIMIT
+from django_jobs.console.job_actions import ACTIONS
+from django_jobs.console.listing import EXACT_COUNT_LIMIT
 from django_jobs.models import ExternalCall, Job, JobEvent, LiveWorker
 from django_jobs.states import EventKind, JobStatus
 from tests.admin.console import DASHBOARD, LIST, act_url, staff

@@ -25,7 +25,7 @@ from django.test.utils import CaptureQueriesContext
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from django_jobs.console.admin import ACTIONS
+from django_jobs.console.job_actions import ACTIONS
 from django_jobs.states import JobStatus
 from tests.admin.console import LIST
 

@@ -113,19 +113,20 @@ def test_claim_and_reaper_searches_are_index_scans(million_rows: None) -> None:
 
 def test_checkjobs_reads_are_index_probes(million_rows: None) -> None:
     from django_jobs.observe import findings
+    from django_jobs.reads import findings as reads
 
     # The oldest pending job of a queue: a probe per distinct priority in the claim index,
     # never a scan of the queue's backlog.
-    text = plan(findings._OLDEST_PENDING, {"queue": "mail"})
+    text = plan(reads.OLDEST_PENDING, {"queue": "mail"})
     assert "django_jobs_claim_queue" in text
-    assert job_table_scans(findings._OLDEST_PENDING, {"queue": "mail"}) == []
+    assert job_table_scans(reads.OLDEST_PENDING, {"queue": "mail"}) == []
     with connection.cursor() as cursor:
-        cursor.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + findings._OLDEST_PENDING, {"queue": "mail"})
+        cursor.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + reads.OLDEST_PENDING, {"queue": "mail"})
         executed = cursor.fetchone()[0][0]
     # Three priorities: a handful of index probes, not a third of a million rows.
     assert executed["Execution Time"] < 50, executed["Execution Time"]
 
     # As the reaper's search: with running jobs their partial index; with none, any index will do.
-    text = plan(findings._STALE, [findings.COUNT_CAP])
+    text = plan(reads.STALE, [findings.COUNT_CAP])
     assert ("django_jobs_running" in text or "django_jobs_status" in text) and "Seq Scan" not in text
     assert {f.code for f in findings.find()} <= {"oldest_due", "no_worker", "stale_running"}

@@ -1,0 +1,18 @@
+"""Every read of the console, the metrics and the diagnosis that is raw SQL, each a named
+statement with the index that serves it, each behind a named function that says what it returns.
+
+- :mod:`~django_jobs.reads.clock`: the database's clock, by which every age is measured;
+- :mod:`~django_jobs.reads.queues`: the per-queue figures (the dashboard's queue table and the
+  metrics view's gauges: one set of numbers);
+- :mod:`~django_jobs.reads.dashboard`: the dashboard's activity, durations, SLA, retention and
+  workers;
+- :mod:`~django_jobs.reads.findings`: what ``checkjobs`` and the health check look for;
+- :mod:`~django_jobs.reads.estimates`: the planner's estimate of the job list's size.
+
+The console, the metrics view, the findings and the diagnosis run no SQL of their own
+(``tests/unit/test_reads_layer.py`` holds them to it): they call these, or a named read of the
+models' managers.
+
+A read that does not hold up on a table of millions is a defect: ``tests/db/test_indexes.py``
+and ``bench/admin_pages.py`` check the plans of these statements.
+"""
