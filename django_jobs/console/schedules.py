@@ -28,7 +28,8 @@ from django_jobs.conf import jobs_settings
 from django_jobs.console import audit as consolelog
 from django_jobs.maintenance.scheduler import run_now
 from django_jobs.models import Job, ScheduleState, ScheduleTick
-from django_jobs.schedules import Schedule, declared_schedules
+from django_jobs.registry import declared_schedules
+from django_jobs.schedules import Schedule
 
 MANAGE_PERMISSION = "django_jobs.manage_schedule"
 MAX_REASON_CHARS = 2000

@@ -13,6 +13,7 @@ from django.db.models import BooleanField, Q
 from django.db.models.expressions import RawSQL
 from django.db.models.functions import Now
 
+from django_jobs.registry import registry
 from django_jobs.states import ACTIVE_STATUSES, KEY_HOLDING_STATUSES, JobStatus
 from django_jobs.transitions.claimable import CLAIM_ORDER, claim_filter, claim_inputs, positional
 
@@ -48,7 +49,7 @@ class JobQuerySet(models.QuerySet["Job"]):
         claim's candidate scan sees them; best priority first, then the longest due. Raises
         nothing for names nobody knows: they match no job.
         """
-        inputs = claim_inputs(types)
+        inputs = claim_inputs(registry.among(types))
         if not inputs.versions:
             return self.none()
         sql, params = positional(*claim_filter(inputs))
