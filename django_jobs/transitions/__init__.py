@@ -6,6 +6,8 @@ learn it from the returned ids. Each arrow off the plain claim → complete path
 ``JobEvent`` in the same statement, so the event exists exactly when the transition happened.
 Time is always the database's ``now()``.
 
+- ``enqueue``: the INSERT of new jobs (the arrow into ``pending``) and the read of key holders;
+- ``effects``: the keys of side effects that happened (``django_jobs.effects.once``);
 - ``execution``: the writes of one execution (claim, heartbeat, progress, checkpoint, outcome —
   a release is an outcome too) — the hot path;
 - ``operator``: what people do (cancel, manual retry, resolve), with actor and reason;
