@@ -84,7 +84,6 @@ PENDING_SPLIT = frozenset(
         "django_jobs.runtime.process_pool",  # the child process's loop, apart from the pool
         "django_jobs.runtime.worker",  # to become supervisor, producer, wakeup, writer, outage
         "django_jobs.tasks_framework.backend",  # the backend apart from its result reads
-        "django_jobs.transitions.execution",  # the claim's SQL apart from the outcome writes
     }
 )
 
