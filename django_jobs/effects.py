@@ -28,11 +28,8 @@ from typing import Any
 from django.db import connections, models, transaction
 
 from django_jobs.conf import jobs_settings
+from django_jobs.transitions.effects import record_effect
 
-_RECORD = (
-    "INSERT INTO django_jobs_processedeffect (key, job_id) VALUES (%s, %s)"
-    " ON CONFLICT (key) DO NOTHING RETURNING key"
-)
 MAX_KEY_LENGTH = 300
 
 
@@ -56,9 +53,7 @@ def once(key: str, *, job_id: int | None = None, using: str | None = None) -> It
         raise ValueError(f"an effect key must be 1 to {MAX_KEY_LENGTH} characters")
     alias = using or jobs_settings.DATABASE
     with transaction.atomic(using=alias), connections[alias].cursor() as cursor:
-        cursor.execute(_RECORD, [key, job_id])
-        first_time = cursor.fetchone() is not None
-        yield first_time
+        yield record_effect(cursor, key, job_id)
 
 
 def compare_and_set(queryset: models.QuerySet[Any], field: str, expected: Any, new: Any, **also: Any) -> bool:

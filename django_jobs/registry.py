@@ -12,14 +12,14 @@ import enum
 import functools
 import inspect
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from django_jobs.backoff import Backoff
 from django_jobs.conf import jobs_settings
 from django_jobs.limits import RateLimit, concurrency_limit_problem, parse_rate_limit
-from django_jobs.schedules import Schedule, interval_seconds
+from django_jobs.schedules import InvalidSchedule, Schedule, from_entry, interval_seconds
 
 if TYPE_CHECKING:
     from django_jobs.runtime.context import JobContext
@@ -178,11 +178,37 @@ class Registry:
     def all(self) -> list[JobType]:
         return list(self._types.values())
 
+    def among(self, names: Iterable[str] | None) -> list[JobType]:
+        """The registered job types named in ``names`` (all of them when it is None). A name this
+        process has no handler for is left out: nothing here could run its jobs."""
+        if names is None:
+            return self.all()
+        wanted = set(names)
+        return [job_type for job_type in self._types.values() if job_type.name in wanted]
+
     def __contains__(self, name: object) -> bool:
         return name in self._types
 
 
 registry = Registry()
+
+
+def declared_schedules() -> list[Schedule]:
+    """Every schedule this process knows: its job types' and ``DJANGO_JOBS["SCHEDULES"]``, by name.
+
+    Entries that do not validate, or that name a job type this process has no handler for, are
+    left out here; the system checks report them. (Here, not in ``schedules``, which stays a pure
+    rule that knows no registry.)
+    """
+    found = [job_type.schedule for job_type in registry.all() if job_type.schedule is not None]
+    for name, entry in sorted(jobs_settings.SCHEDULES.items()):
+        try:
+            schedule = from_entry(name, entry)
+        except InvalidSchedule:
+            continue
+        if schedule.type in registry:
+            found.append(schedule)
+    return sorted(found, key=lambda schedule: schedule.name)
 
 
 def _qualname(handler: Callable[..., Any]) -> str:

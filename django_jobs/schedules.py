@@ -196,22 +196,3 @@ def from_entry(name: str, entry: Mapping[str, Any]) -> Schedule:
         misfire_grace=entry.get("misfire_grace"),
         on_running=entry.get("on_running", "skip"),
     )
-
-
-def declared_schedules() -> list[Schedule]:
-    """Every schedule this process knows: its job types' and ``DJANGO_JOBS["SCHEDULES"]``.
-
-    Entries that do not validate are left out here; the system checks report them.
-    """
-    from django_jobs.conf import jobs_settings
-    from django_jobs.registry import registry
-
-    found = [job_type.schedule for job_type in registry.all() if job_type.schedule is not None]
-    for name, entry in sorted(jobs_settings.SCHEDULES.items()):
-        try:
-            schedule = from_entry(name, entry)
-        except InvalidSchedule:
-            continue
-        if schedule.type in registry:
-            found.append(schedule)
-    return sorted(found, key=lambda schedule: schedule.name)

@@ -51,7 +51,7 @@ def run_one(queues: Sequence[str] | None = None, types: Sequence[str] | None = N
     ``job_finished`` are sent after the commit (see ``django_jobs.signals``).
     """
     alias = jobs_settings.DATABASE
-    inputs = claim_inputs(types)
+    inputs = claim_inputs(registry.among(types))
     if not inputs.versions:
         return None
     statement = ClaimStatement(

@@ -29,7 +29,8 @@ from django_jobs.console.reasons import reason_problem
 from django_jobs.maintenance.periodic import run_now
 from django_jobs.models import Job, ScheduleState, ScheduleTick
 from django_jobs.reads.clock import database_now
-from django_jobs.schedules import Schedule, declared_schedules
+from django_jobs.registry import declared_schedules
+from django_jobs.schedules import Schedule
 
 MANAGE_PERMISSION = "django_jobs.manage_schedule"
 

@@ -43,7 +43,8 @@ from django_jobs.enqueueing import enqueue
 from django_jobs.errors import DATABASE_UNAVAILABLE
 from django_jobs.maintenance.service import Service
 from django_jobs.models import Job
-from django_jobs.schedules import Schedule, declared_schedules
+from django_jobs.registry import declared_schedules
+from django_jobs.schedules import Schedule
 
 logger = logging.getLogger("django_jobs.scheduler")
 

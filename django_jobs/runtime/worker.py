@@ -54,7 +54,7 @@ from django_jobs.models import Job
 from django_jobs.observe.liveness import Liveness
 from django_jobs.observe.metrics import recorder as metrics_recorder  # `metrics` is Worker's flag
 from django_jobs.observe.probes import HealthFile
-from django_jobs.registry import JobType, registry
+from django_jobs.registry import JobType, declared_schedules, registry
 from django_jobs.runtime import connectivity, outcomes
 from django_jobs.runtime.context import Lease
 from django_jobs.runtime.executor import Finished, execute
@@ -62,7 +62,6 @@ from django_jobs.runtime.heartbeat import Heartbeat
 from django_jobs.runtime.listener import Listener
 from django_jobs.runtime.pool import ExecutorPool, Held
 from django_jobs.runtime.process_pool import ProcessPool
-from django_jobs.schedules import declared_schedules
 from django_jobs.transitions import Claim, ClaimStatement
 
 logger = logging.getLogger("django_jobs.worker")

@@ -6,8 +6,12 @@ learn it from the returned ids. Each arrow off the plain claim → complete path
 ``JobEvent`` in the same statement, so the event exists exactly when the transition happened.
 Time is always the database's ``now()``.
 
-- ``execution``: the writes of one execution (claim, heartbeat, progress, checkpoint, outcome —
-  a release is an outcome too) — the hot path;
+- ``enqueue``: the INSERT of new jobs (the arrow into ``pending``) and the read of key holders;
+- ``effects``: the keys of side effects that happened (``django_jobs.effects.once``);
+- ``execution``: the claim, which starts an execution (and ``claimable``, the same rule as a
+  read) — the hot path;
+- ``leases``: the writes of a running execution (heartbeat, progress, checkpoint, cut leases);
+- ``outcomes``: the end of an execution (a release is an outcome too) — the hot path;
 - ``operator``: what people do (cancel, manual retry, resolve), with actor and reason;
 - ``queues``: what people do to queues (pause, resume), with actor and reason;
 - ``calls``: the marks an execution commits before it calls out, and their ends;
@@ -18,21 +22,14 @@ Time is always the database's ``now()``.
 
 from django_jobs.transitions.calls import end_call, mark_call, marked_calls
 from django_jobs.transitions.execution import (
-    Beat,
     Claim,
     ClaimStatement,
-    Outcome,
     Outlook,
-    cancel_requested_among,
     claim,
-    cut_leases,
-    heartbeat,
     open_rate_windows,
     outlook,
-    set_checkpoint,
-    set_progress,
-    write_outcomes,
 )
+from django_jobs.transitions.leases import Beat, cut_leases, heartbeat, set_checkpoint, set_progress
 from django_jobs.transitions.operator import (
     RETRYABLE_BY_OPERATOR,
     ActionRefused,
@@ -41,6 +38,7 @@ from django_jobs.transitions.operator import (
     manual_retry,
     resolve,
 )
+from django_jobs.transitions.outcomes import Outcome, cancel_requested_among, write_outcomes
 from django_jobs.transitions.queues import pause as pause_queue
 from django_jobs.transitions.queues import resume as resume_queue
 from django_jobs.transitions.recovery import Expired, Recovery, forget_idle_keys, prune, recover_expired

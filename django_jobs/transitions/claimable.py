@@ -2,10 +2,13 @@
 
 ``Job.objects.claimable()`` filters with the claim's own WHERE clause: the text of the claim's
 filter (``_CLAIM_FILTER`` and the version, key and rate filters it is completed with, composed
-as :class:`~django_jobs.transitions.ClaimStatement` composes them) and the same per-type arrays
-built from the registry. So the console, users' tests and a diagnosis read the rule workers
-claim by, and a change to the claim's filter changes this read with it (a test holds the two
-texts together, and another compares what each finds on a mixed table).
+as :class:`~django_jobs.transitions.ClaimStatement` composes them) and the same per-type arrays.
+So the console, users' tests and a diagnosis read the rule workers claim by, and a change to the
+claim's filter changes this read with it (a test holds the two texts together, and another
+compares what each finds on a mixed table).
+
+The job types come from the caller (the registered ones, ``registry.among(types)``): this layer
+does not read the registry, so what a process may claim is always its caller's argument.
 
 The read sees what the claim's candidate scan sees. The claim then decides two things under
 locks, which no read can: the running count of a concurrency key after its row is locked, and
@@ -17,10 +20,9 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from django_jobs.limits import RateLimit
-from django_jobs.registry import registry
 from django_jobs.transitions.execution import (
     _CLAIM_FILTER,
     _KEY_ROOM_FILTER,
@@ -46,13 +48,25 @@ class ClaimInputs:
     rate_limits: dict[str, RateLimit] = field(default_factory=dict)
 
 
-def claim_inputs(types: Iterable[str] | None = None) -> ClaimInputs:
-    """The claim inputs of the registered job types (of those among ``types``, when given).
+class ClaimPolicy(Protocol):
+    """What the claim reads of a job type (``django_jobs.registry.JobType`` is one)."""
 
-    A name this process has no handler for is left out: nothing here could run its jobs.
-    """
-    wanted = None if types is None else set(types)
-    known = [t for t in registry.all() if wanted is None or t.name in wanted]
+    @property
+    def name(self) -> str: ...
+    @property
+    def version(self) -> int: ...
+    @property
+    def lease(self) -> float: ...
+    @property
+    def oldest_readable_version(self) -> int: ...
+    @property
+    def rate_limit(self) -> RateLimit | None: ...
+
+
+def claim_inputs(job_types: Iterable[ClaimPolicy]) -> ClaimInputs:
+    """The claim inputs of ``job_types``: those a process has handlers for, so that a type it
+    cannot run is never claimed (``registry.among(types)`` gives them)."""
+    known = list(job_types)
     return ClaimInputs(
         versions={t.name: t.version for t in known},
         leases={t.name: t.lease for t in known},

@@ -1,22 +1,26 @@
-"""The writes of one execution: its claim, heartbeats, progress, checkpoint, outcome or release.
+"""The claim: the arrow from ``pending`` to ``running`` that starts an execution.
 
-Claims and outcomes are the hot path: one statement per batch of jobs each. Every write after
-the claim is guarded by ``(id, execution_id, status='running')``.
+One statement per batch of jobs (the hot path): it picks due jobs of known types and readable
+versions in queues that are not paused, admits them under their concurrency keys and rate
+windows, and mints each an ``execution_id`` and a lease. Every later write of the execution is
+guarded by ``(id, execution_id, status='running')`` (``transitions.leases``, ``.outcomes``).
+
+Over 300 lines: the claim is one statement composed from named parts (the filter, the key and
+rate admissions, the variants for any queue or named queues in turns) and ``claimable`` reads
+the same parts; they are read and changed together, so they stay in one file.
 """
 
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterable, Sequence
-from contextlib import nullcontext
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from django.db import connections, transaction
+from django.db import connections
 
 from django_jobs.conf import jobs_settings
 from django_jobs.limits import RateLimit
-from django_jobs.states import JobStatus
 from django_jobs.transitions.cursor import bound_cursor
 
 
@@ -48,28 +52,6 @@ class Claim:
     #: Seconds from the job's available_at to the claim, by the database's clock: a float
     #: computed in SQL, because parsing a timestamptz per row is a large part of a claim's cost.
     waited: float = 0.0
-
-
-@dataclass(frozen=True, slots=True)
-class Outcome:
-    """How one execution ended, to be written by :func:`write_outcomes`."""
-
-    job_id: int
-    execution_id: uuid.UUID
-    status: str  # completed, pending (retry or release), failed, skipped, cancelled, needs_review
-    delay: float = 0.0  # seconds before a retry, counted from the database's now()
-    error_code: str | None = None
-    error: str | None = None
-    event: str | None = None  # EventKind; None on the plain success path
-    details: str | None = None  # JSON text stored on the event
-    #: Executions started, this one included if it counts; None leaves the column as it is.
-    attempts: int | None = None
-    #: Seconds the handler had been running when it ended, for a job whose start was not
-    #: recorded yet (prefetched); None if it never started or its start is recorded.
-    ran_for: float | None = None
-    reason: str | None = None  # why, on the event (releases)
-    #: The handler's return value as JSON text, stored on a completed job; None stores NULL.
-    result: str | None = None
 
 
 _CLAIM_COLUMNS = (
@@ -360,230 +342,3 @@ def open_rate_windows(types: Sequence[str]) -> None:
     if types:
         with connections[jobs_settings.DATABASE].cursor() as cursor:
             cursor.execute(_ENSURE_RATE_WINDOWS, [list(types)])
-
-
-# One statement writes any mix of outcomes: the guarded UPDATE moves the rows still owned by
-# their execution, and the events of the arrows that need one are inserted from what it moved.
-# An outcome that would send the job back to pending is refused when a cancel request arrived
-# meanwhile: the caller decides again (cancelled), so that a cancelled job never runs again.
-_WRITE_OUTCOMES = """
-WITH outcome AS (
-    SELECT * FROM unnest(%s::bigint[], %s::uuid[], %s::text[], %s::float8[], %s::text[],
-                         %s::text[], %s::text[], %s::jsonb[], %s::int[], %s::float8[], %s::text[])
-        AS o(id, execution_id, status, delay, error_code, error, event, details, attempts,
-             ran_for, reason)
-), moved AS (
-    UPDATE django_jobs_job j SET
-        status = o.status,
-        attempts = COALESCE(o.attempts, j.attempts),
-        started_at = CASE WHEN j.started_at IS NULL AND o.ran_for IS NOT NULL
-                          THEN now() - make_interval(secs => o.ran_for) ELSE j.started_at END,
-        available_at = CASE WHEN o.status = 'pending'
-                            THEN now() + make_interval(secs => o.delay) ELSE j.available_at END,
-        completed_at = CASE WHEN o.status = 'completed' THEN now() ELSE j.completed_at END,
-        failed_at = CASE WHEN o.status = 'failed' THEN now() ELSE j.failed_at END,
-        finished_at = CASE WHEN o.status IN ('pending', 'needs_review') THEN NULL ELSE now() END,
-        last_error_code = CASE WHEN o.status = 'completed' OR o.error_code IS NULL
-                               THEN j.last_error_code ELSE o.error_code END,
-        last_error = CASE WHEN o.status = 'completed' OR o.error_code IS NULL
-                          THEN j.last_error ELSE o.error END,
-        lease_expires_at = NULL
-    FROM outcome o
-    WHERE j.id = o.id AND j.execution_id = o.execution_id AND j.status = 'running'
-      AND (o.status <> 'pending' OR j.cancel_requested_at IS NULL)
-    RETURNING j.id, j.execution_id, j.worker_id, j.attempts, o.status, o.error_code, o.error,
-              o.event, o.details, o.reason
-), events AS (
-    INSERT INTO django_jobs_jobevent
-        (job_id, kind, from_status, to_status, execution_id, worker_id, attempt, error_code,
-         error, actor, details, reason)
-    SELECT id, event, 'running', status, execution_id, worker_id, attempts, error_code, error,
-           'worker', details, reason
-    FROM moved WHERE event IS NOT NULL
-)
-SELECT id FROM moved
-"""
-_CANCEL_REQUESTED = (
-    "SELECT id FROM django_jobs_job WHERE id = ANY(%s) AND status = 'running'"
-    " AND cancel_requested_at IS NOT NULL"
-)
-
-
-# The plain success path, by far the most frequent: no error, no event, nothing to choose. A
-# statement of its own binds four arrays instead of eleven, which is most of what writing a
-# batch of no-op jobs costs the worker. A prefetched execution's attempt and start are counted
-# here if no heartbeat recorded them yet (ran_for is then its run time).
-_COMPLETE = """
-UPDATE django_jobs_job j SET
-    status = 'completed',
-    attempts = j.attempts + (j.started_at IS NULL)::int,
-    started_at = COALESCE(j.started_at, now() - make_interval(secs => COALESCE(d.ran_for, 0))),
-    completed_at = now(), finished_at = now(), lease_expires_at = NULL, return_value = d.result
-FROM unnest(%s::bigint[], %s::uuid[], %s::float8[], %s::jsonb[]) AS d(id, execution_id, ran_for, result)
-WHERE j.id = d.id AND j.execution_id = d.execution_id AND j.status = 'running'
-RETURNING j.id
-"""
-
-
-def _plain_success(o: Outcome) -> bool:
-    return o.status == JobStatus.COMPLETED and o.event is None
-
-
-def write_outcomes(outcomes: Sequence[Outcome]) -> set[int]:
-    """Write finished executions; return the ids of the jobs that were still theirs.
-
-    An id missing from the result belongs to an execution that lost its lease (the job was
-    recovered and perhaps already re-run, and this outcome must not overwrite it), or to a
-    ``pending`` outcome refused because cancellation was requested (see
-    :func:`cancel_requested_among`). Raises ``DataError`` and friends for a value the
-    database refuses; the caller then writes the batch one row at a time.
-    """
-    if not outcomes:
-        return set()
-    plain = [o for o in outcomes if _plain_success(o)]
-    rest = [o for o in outcomes if not _plain_success(o)] if len(plain) < len(outcomes) else []
-    alias = jobs_settings.DATABASE
-    # Both statements or neither: a batch the database refuses is written again row by row.
-    with transaction.atomic(using=alias) if plain and rest else nullcontext():
-        return _complete(plain) | _write_others(rest)
-
-
-def _complete(outcomes: list[Outcome]) -> set[int]:
-    if not outcomes:
-        return set()
-    with bound_cursor(jobs_settings.DATABASE) as cursor:
-        cursor.execute(
-            _COMPLETE,
-            [
-                [o.job_id for o in outcomes],
-                [o.execution_id for o in outcomes],
-                [o.ran_for for o in outcomes],
-                [o.result for o in outcomes],
-            ],
-        )
-        return {row[0] for row in cursor.fetchall()}
-
-
-def _write_others(outcomes: list[Outcome]) -> set[int]:
-    if not outcomes:
-        return set()
-    columns: list[list[Any]] = [[] for _ in range(11)]
-    for o in outcomes:
-        for column, value in zip(
-            columns,
-            (
-                o.job_id, o.execution_id, o.status, o.delay, o.error_code, o.error, o.event,
-                o.details, o.attempts, o.ran_for, o.reason,
-            ),
-            strict=True,
-        ):  # fmt: skip
-            column.append(value)
-    with bound_cursor(jobs_settings.DATABASE) as cursor:
-        cursor.execute(_WRITE_OUTCOMES, columns)
-        return {row[0] for row in cursor.fetchall()}
-
-
-def cancel_requested_among(job_ids: Sequence[int]) -> set[int]:
-    """Of these running jobs, the ones whose cancellation was requested."""
-    if not job_ids:
-        return set()
-    with bound_cursor(jobs_settings.DATABASE) as cursor:
-        cursor.execute(_CANCEL_REQUESTED, [list(job_ids)])
-        return {row[0] for row in cursor.fetchall()}
-
-
-# A worker that exits with executions still running cuts their leases short: they end with
-# the process, so the reaper may take the jobs back soon after, and not a whole lease later.
-_CUT_LEASES = (
-    "UPDATE django_jobs_job SET lease_expires_at = LEAST(lease_expires_at, now() + make_interval(secs => %s))"
-    " WHERE id = ANY(%s) AND execution_id = ANY(%s) AND status = 'running'"
-)
-
-
-def cut_leases(executions: Sequence[tuple[int, uuid.UUID]], seconds: float) -> int:
-    """Make the leases of ``(job_id, execution_id)`` expire within ``seconds``; returns how many."""
-    if not executions:
-        return 0
-    with connections[jobs_settings.DATABASE].cursor() as cursor:
-        cursor.execute(_CUT_LEASES, [seconds, [e[0] for e in executions], [e[1] for e in executions]])
-        return int(cursor.rowcount)
-
-
-_SET_PROGRESS = (
-    "UPDATE django_jobs_job SET progress = %s::jsonb"
-    " WHERE id = %s AND execution_id = %s AND status = 'running'"
-)
-_SET_CHECKPOINT = (
-    "UPDATE django_jobs_job SET checkpoint = %s::jsonb, heartbeat_at = now()"
-    " WHERE id = %s AND execution_id = %s AND status = 'running'"
-)
-
-
-def set_progress(job_id: int, execution_id: uuid.UUID, progress_json: str) -> bool:
-    """Store progress if the execution still owns the job; False means the lease was lost."""
-    with connections[jobs_settings.DATABASE].cursor() as cursor:
-        cursor.execute(_SET_PROGRESS, [progress_json, job_id, execution_id])
-        return bool(cursor.rowcount == 1)
-
-
-def set_checkpoint(job_id: int, execution_id: uuid.UUID, checkpoint_json: str) -> bool:
-    """Store a checkpoint if the execution still owns the job; False means the lease was lost."""
-    with connections[jobs_settings.DATABASE].cursor() as cursor:
-        cursor.execute(_SET_CHECKPOINT, [checkpoint_json, job_id, execution_id])
-        return bool(cursor.rowcount == 1)
-
-
-# Extends the leases that are due (lease > 0), records the start of prefetched executions that
-# began since the last beat (ran_for: seconds they have been running) and reports cancel
-# requests, for every execution still owning its job.
-_HEARTBEAT = """
-WITH beat AS (
-    SELECT * FROM unnest(%s::bigint[], %s::uuid[], %s::float8[], %s::float8[])
-        AS b(id, execution_id, lease, ran_for)
-)
-UPDATE django_jobs_job j SET
-    heartbeat_at = CASE WHEN b.lease > 0 THEN now() ELSE j.heartbeat_at END,
-    lease_expires_at = CASE WHEN b.lease > 0 THEN now() + make_interval(secs => b.lease)
-                            ELSE j.lease_expires_at END,
-    attempts = j.attempts + (j.started_at IS NULL AND b.ran_for IS NOT NULL)::int,
-    started_at = CASE WHEN j.started_at IS NULL AND b.ran_for IS NOT NULL
-                      THEN now() - make_interval(secs => b.ran_for) ELSE j.started_at END
-FROM beat b
-WHERE j.id = b.id AND j.execution_id = b.execution_id AND j.status = 'running'
-RETURNING j.id, j.cancel_requested_at IS NOT NULL
-"""
-
-
-@dataclass(frozen=True, slots=True)
-class Beat:
-    """One execution's entry in a heartbeat."""
-
-    job_id: int
-    execution_id: uuid.UUID
-    #: Seconds to extend the lease by from now; 0 only checks ownership and cancel requests.
-    lease: float
-    #: Seconds the handler has been running, for a prefetched execution whose start is not
-    #: recorded yet; None otherwise.
-    ran_for: float | None = None
-
-
-def heartbeat(beats: Iterable[Beat | tuple[int, uuid.UUID, float]]) -> dict[int, bool]:
-    """Beat for executions in one statement (see ``_HEARTBEAT``).
-
-    Returns ``{job_id: cancel_requested}`` for the executions that still own their job; a job
-    missing from it was taken over, and its execution must stop.
-    """
-    rows = [b if isinstance(b, Beat) else Beat(*b) for b in beats]
-    if not rows:
-        return {}
-    with bound_cursor(jobs_settings.DATABASE) as cursor:
-        cursor.execute(
-            _HEARTBEAT,
-            [
-                [b.job_id for b in rows],
-                [b.execution_id for b in rows],
-                [b.lease for b in rows],
-                [b.ran_for for b in rows],
-            ],
-        )
-        return {row[0]: row[1] for row in cursor.fetchall()}

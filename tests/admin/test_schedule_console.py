@@ -13,7 +13,7 @@ from django.test import Client
 
 from django_jobs.maintenance.periodic import fire
 from django_jobs.models import Job, ScheduleEvent, ScheduleState, ScheduleTick
-from django_jobs.schedules import declared_schedules
+from django_jobs.registry import declared_schedules
 from tests.admin.console import staff
 
 pytestmark = pytest.mark.django_db

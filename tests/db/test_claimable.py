@@ -10,6 +10,7 @@ from django.utils import timezone
 
 from django_jobs import pause_queue
 from django_jobs.models import Job
+from django_jobs.registry import registry
 from django_jobs.runtime.worker import Worker
 from django_jobs.transitions import claim
 from django_jobs.transitions.claimable import claim_filter, claim_inputs, positional
@@ -92,7 +93,7 @@ def test_claimable_filters_with_the_claim_statements_own_text() -> None:
     # The read is the claim's WHERE clause, word for word: a change to one is a change to both.
     for queues in (None, ["emails"]):
         worker = Worker(burst=True, queues=queues)
-        sql, _ = claim_filter(claim_inputs())
+        sql, _ = claim_filter(claim_inputs(registry.all()))
         assert sql in worker._statement.sql
-    raw, params = positional(*claim_filter(claim_inputs()))
+    raw, params = positional(*claim_filter(claim_inputs(registry.all())))
     assert "%(" not in raw and raw.count("%s") == len(params)

@@ -1,0 +1,51 @@
+"""The tables of django_jobs, by role: ``jobs`` (the job table and its reads), ``coordination``
+(what workers coordinate through: paused queues, concurrency keys, rate windows, schedule ticks
+and state, live workers) and ``audit`` (what happened: events, calls out, effects done, log
+entries owed).
+
+Every name is importable from here, as ``from django_jobs.models import Job``; status writes
+never go through these models (``django_jobs.transitions`` is their only writer).
+"""
+
+from __future__ import annotations
+
+from django_jobs.models.audit import (
+    ExternalCall,
+    JobEvent,
+    PendingLogEntry,
+    ProcessedEffect,
+    QueueEvent,
+    ScheduleEvent,
+)
+from django_jobs.models.coordination import (
+    SILENT_AFTER_BEATS,
+    ConcurrencyKey,
+    LiveWorker,
+    Queue,
+    RateWindow,
+    ScheduleState,
+    ScheduleTick,
+    TimestampArray,
+    silence_threshold,
+)
+from django_jobs.models.jobs import Job, JobQuerySet
+
+__all__ = [
+    "SILENT_AFTER_BEATS",
+    "ConcurrencyKey",
+    "ExternalCall",
+    "Job",
+    "JobEvent",
+    "JobQuerySet",
+    "LiveWorker",
+    "PendingLogEntry",
+    "ProcessedEffect",
+    "Queue",
+    "QueueEvent",
+    "RateWindow",
+    "ScheduleEvent",
+    "ScheduleState",
+    "ScheduleTick",
+    "TimestampArray",
+    "silence_threshold",
+]
