@@ -2,8 +2,10 @@
 
 The check of each setting's own value comes from its rule in the table of ``django_jobs.conf``;
 here are the checks that relate settings to one another or to other state (databases, routers,
-job types, schedules, queues, Tasks backends). Past 300 lines because every check the app
-registers is here, so that their IDs are read, and kept unique, in one place.
+job types, schedules, queues, Tasks backends).
+
+Over 300 lines: every check the app registers is here, so that their IDs are read, and kept
+unique, in one place.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from django.db import connections, router
 
 from django_jobs.conf import DEFAULTS, TABLE
 from django_jobs.errors import undeclared_queue
-from django_jobs.registry import QUEUE_RE
+from django_jobs.names import QUEUE_RE
 from django_jobs.setting import user_settings
 
 

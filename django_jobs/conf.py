@@ -1,6 +1,6 @@
 """Settings: one dict, ``DJANGO_JOBS = {...}``, read lazily so ``override_settings`` works.
 
-Past 300 lines because this is the table of every setting: each is declared once below, as a
+Over 300 lines: this is the table of every setting. Each is declared once below, as a
 typed attribute of ``Settings`` (its default, how it is read, the rule its value keeps and its
 meaning). From that one declaration come ``DEFAULTS``, ``jobs_settings.<KEY>``, the system check
 of its value (``checks.py`` keeps only the checks that relate several settings, or other state)
@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from django_jobs.names import QUEUE_RE
 from django_jobs.setting import (
     Setting,
     durations_by_status,
@@ -65,8 +66,6 @@ _LIVENESS_LIMIT = optional_seconds("django_jobs.E031", "derived from the interva
 
 
 def _is_queue_name(value: Any) -> bool:
-    from django_jobs.registry import QUEUE_RE  # the registry reads these settings: import on use
-
     return isinstance(value, str) and bool(QUEUE_RE.match(value))
 
 

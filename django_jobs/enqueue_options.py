@@ -27,7 +27,8 @@ from django_jobs.errors import (
 )
 from django_jobs.jsonvalues import encode, plain_json_problem
 from django_jobs.limits import concurrency_key_problem
-from django_jobs.registry import PRIORITY_RANGE, QUEUE_RE, JobType, registry
+from django_jobs.names import PRIORITY_RANGE, QUEUE_RE
+from django_jobs.registry import JobType, registry
 
 TypeRef = str | Callable[..., Any]
 UniqueKey = str | Callable[[dict[str, Any]], str | None] | None

@@ -11,7 +11,6 @@ import datetime as dt
 import enum
 import functools
 import inspect
-import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -19,6 +18,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from django_jobs.backoff import Backoff
 from django_jobs.conf import jobs_settings
 from django_jobs.limits import RateLimit, concurrency_limit_problem, parse_rate_limit
+from django_jobs.names import CALL_NAME_RE, NAME_RE, PRIORITY_RANGE, QUEUE_RE
 from django_jobs.schedules import InvalidSchedule, Schedule, from_entry, interval_seconds
 
 if TYPE_CHECKING:
@@ -27,14 +27,6 @@ if TYPE_CHECKING:
 Handler = Callable[["JobContext", dict[str, Any]], Any]
 H = TypeVar("H", bound=Handler)
 
-#: A queue name, as PostgreSQL checks it (its "$" is the end of the string).
-QUEUE_PATTERN = r"^[A-Za-z0-9_][A-Za-z0-9_.:-]{0,99}$"
-# In Python, \Z: "$" also matches before a trailing newline, and "emails\n" is not a name.
-NAME_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.:-]{0,199}\Z")
-QUEUE_RE = re.compile(QUEUE_PATTERN.removesuffix("$") + r"\Z")
-#: The name of an external call (``@job(external_calls=...)``, ``ctx.external_call(name)``).
-CALL_NAME_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.:-]{0,99}\Z")
-PRIORITY_RANGE = range(-100, 101)  # the range of Django's Tasks framework; higher runs first
 ON_LOST_CHOICES = ("retry", "reconcile", "needs_review")
 
 

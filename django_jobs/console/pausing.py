@@ -20,7 +20,8 @@ from django_jobs import transitions
 from django_jobs.conf import jobs_settings
 from django_jobs.console.reasons import MAX_ACTOR_CHARS, MAX_REASON_CHARS, check_text
 from django_jobs.models import Job, Queue
-from django_jobs.registry import QUEUE_RE, registry
+from django_jobs.names import QUEUE_RE
+from django_jobs.registry import registry
 
 
 class InvalidQueue(ValueError):

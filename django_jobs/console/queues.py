@@ -22,7 +22,7 @@ from django_jobs.console import dashboard, pausing
 from django_jobs.console.pages import JobPages, plain_refusal
 from django_jobs.console.reasons import reason_problem
 from django_jobs.models import Queue
-from django_jobs.registry import QUEUE_RE
+from django_jobs.names import QUEUE_RE
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ from django.db.models import Q
 from django.db.models.functions import Now
 
 from django_jobs.conf import jobs_settings
-from django_jobs.registry import QUEUE_PATTERN
+from django_jobs.names import QUEUE_PATTERN
 
 
 class ConcurrencyKey(models.Model):

@@ -35,7 +35,7 @@ from django_jobs.conf import DEFAULTS
 from django_jobs.enqueueing import enqueue
 from django_jobs.errors import EnqueueError
 from django_jobs.jsonvalues import plain_json_problem
-from django_jobs.registry import QUEUE_RE
+from django_jobs.names import QUEUE_RE
 from django_jobs.setting import user_settings
 from django_jobs.tasks_framework import api as taskapi
 from django_jobs.tasks_framework import run as taskrun

@@ -33,7 +33,8 @@ from django_jobs.backoff import Backoff
 from django_jobs.conf import jobs_settings
 from django_jobs.errors import ResultNotJSON
 from django_jobs.models import Job, JobEvent
-from django_jobs.registry import NAME_RE, JobType, registry
+from django_jobs.names import NAME_RE
+from django_jobs.registry import JobType, registry
 from django_jobs.runtime.context import JobContext
 from django_jobs.runtime.executor import call
 from django_jobs.states import EventKind, JobStatus

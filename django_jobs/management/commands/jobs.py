@@ -19,7 +19,7 @@ from django_jobs.console import actions as operations
 from django_jobs.errors import JobNotFound
 from django_jobs.management.commands.explainjob import job_id, write_explanation
 from django_jobs.models import Job
-from django_jobs.registry import NAME_RE, QUEUE_RE
+from django_jobs.names import NAME_RE, QUEUE_RE
 from django_jobs.sanitize import MAX_CODE_CHARS
 from django_jobs.schema import require_migrated
 from django_jobs.states import JobStatus

@@ -10,9 +10,10 @@ from django.core.management.base import BaseCommand, CommandError
 
 from django_jobs import logs
 from django_jobs.conf import jobs_settings
+from django_jobs.names import QUEUE_RE
 from django_jobs.observe import metrics
 from django_jobs.observe.probes import HealthFile, ProbeError, ProbeServer
-from django_jobs.registry import QUEUE_RE, registry
+from django_jobs.registry import registry
 from django_jobs.runtime import connectivity
 from django_jobs.runtime.worker import POOLS, Worker
 from django_jobs.schema import require_migrated
