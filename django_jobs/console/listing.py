@@ -142,12 +142,20 @@ class AttentionFilter(_TextFilter):
     def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
         return [("stale", "Stale running (lease expired)"), ("review", "Needs review")]
 
+    #: The status each question implies: with another status chosen too, the answer is empty.
+    #: Said without a query, because PostgreSQL plans ``status = 'completed' AND status =
+    #: 'needs_review'`` as a walk of the whole table in id order, looking for rows that cannot be.
+    IMPLIED_STATUS = {"stale": JobStatus.RUNNING, "review": JobStatus.NEEDS_REVIEW}
+
     def queryset(self, request: HttpRequest, queryset: QuerySet[Job]) -> QuerySet[Job]:
-        if self.value() == "stale":
+        implied = self.IMPLIED_STATUS.get(self.value() or "")
+        if implied is None:
+            return queryset
+        if request.GET.get(StatusFilter.parameter_name) not in (None, "", implied):
+            return queryset.none()
+        if implied is JobStatus.RUNNING:
             return queryset.filter(pk__in=Job.objects.stale().values("pk"))
-        if self.value() == "review":
-            return queryset.filter(status=JobStatus.NEEDS_REVIEW)
-        return queryset
+        return queryset.filter(status=implied)
 
 
 # ---- the list -----------------------------------------------------------------------------------

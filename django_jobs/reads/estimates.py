@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from django.core.exceptions import EmptyResultSet
 from django.db import connections
 from django.db.models import Model, QuerySet
 
@@ -15,7 +16,10 @@ EXPLAIN = "EXPLAIN (FORMAT JSON) "
 
 def estimated_rows(queryset: QuerySet[Model]) -> int:
     """How many rows the planner expects ``queryset`` to return, without running it."""
-    sql, params = queryset.query.sql_with_params()
+    try:
+        sql, params = queryset.query.sql_with_params()
+    except EmptyResultSet:  # .none(), or filters Django knows contradict: nothing to read
+        return 0
     with connections[queryset.db].cursor() as cursor:
         cursor.execute(EXPLAIN + sql, params)
         return int(_plan(cursor.fetchone())[0]["Plan"]["Plan Rows"])
