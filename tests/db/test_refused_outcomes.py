@@ -30,7 +30,9 @@ def _claimed(job_type: str) -> Claim:
 
 def _poisoned(c: Claim, status: str = JobStatus.PENDING) -> Outcome:
     """A retry whose error text the database refuses."""
-    return Outcome(c.id, c.execution_id, status, delay=1.0, error_code="X", error="a\x00b", attempts=c.attempt)
+    return Outcome(
+        c.id, c.execution_id, status, delay=1.0, error_code="X", error="a\x00b", attempts=c.attempt
+    )
 
 
 def _ending_event(job_id: int) -> JobEvent:

@@ -188,7 +188,9 @@ def test_every_decision_is_an_arrow_of_the_state_machine_and_keeps_every_rule(
             True,
         ),
         (
-            Situation(Happened.UNSTORABLE, 1, 5, "needs_review", on_lost_in_call="needs_review", marked_call=False),
+            Situation(
+                Happened.UNSTORABLE, 1, 5, "needs_review", on_lost_in_call="needs_review", marked_call=False
+            ),
             JobStatus.FAILED,
             EventKind.FAILED,
             True,
