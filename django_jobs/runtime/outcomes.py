@@ -5,10 +5,9 @@ Each :class:`~django_jobs.runtime.executor.Finished` goes through :func:`django_
 and becomes an :class:`~django_jobs.transitions.Outcome` whose every field is storable: the
 error text without NUL characters and bounded, the code a bounded string, the delay clamped.
 If the database still refuses a batch for its data, the batch is written one row at a time,
-and only the row it refuses ends, with code ``OUTCOME_INVALID``, where :func:`decide` sends an
-unstorable outcome (``failed``; ``cancelled`` when cancellation was requested, ``needs_review``
-when the type forbids a blind retry) — so the worker never dies of a job's data and the rest
-of the batch is written.
+and only the row it refuses ends, code ``OUTCOME_INVALID``, where :func:`decide` sends it
+(``failed``, or ``cancelled`` on a cancel request, ``needs_review`` when a blind retry is
+unsafe) — so the worker never dies of a job's data and the rest of the batch is written.
 """
 
 from __future__ import annotations
@@ -217,14 +216,16 @@ def _write_refused(outcome: Outcome, exc: DatabaseError, fields: dict[str, objec
         # as it stands when the job ends.
         with transaction.atomic(using=alias):
             running = transitions.lock_running(outcome.job_id, outcome.execution_id)
-            if running is None:  # taken over meanwhile: the new execution owns the job
-                return None
-            replacement = _refused(outcome, exc, running)
+            # None: taken over meanwhile, the new execution owns the job.
+            replacement = None if running is None else _refused(outcome, exc, running)
             logger.error(
-                "outcome refused by the database id=%s status=%s: %s; the job ends %s (%s)",
-                outcome.job_id, outcome.status, type(exc).__name__, replacement.status,
+                "outcome refused by the database id=%s status=%s: %s; the job %s (%s)",
+                outcome.job_id, outcome.status, type(exc).__name__,
+                "is no longer this execution's" if replacement is None else f"ends {replacement.status}",
                 ErrorCode.OUTCOME_INVALID, extra=fields,
             )  # fmt: skip
+            if replacement is None:
+                return None
             return replacement if transitions.write_outcomes([replacement]) else None
     except DATABASE_UNAVAILABLE:
         raise
@@ -246,8 +247,7 @@ def _refused(outcome: Outcome, exc: DatabaseError, running: transitions.Running)
             on_lost_in_call=running.on_lost_in_call,
             marked_call=running.marked_call,
         ),
-        # Never asked: an unstorable outcome is not retried.
-        lambda: Backoff(),
+        Backoff,  # never called: an unstorable outcome is not retried
     )
     return Outcome(
         job_id=outcome.job_id,
@@ -258,8 +258,7 @@ def _refused(outcome: Outcome, exc: DatabaseError, running: transitions.Running)
         f"{type(exc).__name__}",
         event=decision.event,
         details=json.dumps({"reason": decision.reason}),
-        # The refused write counted this execution as its own decision said (whether it
-        # started): the refusal changes where the job goes, not how many executions started.
+        # As the refused write counted it: the refusal changes where the job goes, not that it ran.
         attempts=outcome.attempts,
         ran_for=outcome.ran_for,
         reason=decision.reason,
