@@ -1,9 +1,9 @@
 """Where a job goes after an execution ends, however it ended. Pure: no database, no clock.
 
 Every writer that ends an execution asks :func:`decide`: the executor (the handler returned or
-raised, or the jobs database cut it off), the worker (a prefetched job given back unstarted) and
-the reaper (a lease that expired). So the rules below hold whoever ends the
-execution, and each is written once:
+raised, or the jobs database cut it off), the worker (a prefetched job given back unstarted, an
+outcome the database refused to store) and the reaper (a lease that expired). So the rules below
+hold whoever ends the execution, and each is written once:
 
 1. A verdict the handler gave is final: completed, skipped, cancelled, failed (permanent).
 2. A cancel request is never dropped: an execution that ends without a verdict (an error, a
@@ -23,6 +23,10 @@ execution, and each is written once:
    says (parked, or retried so that the next execution reconciles first).
 5. Otherwise, retryable outcomes go back to ``pending`` after the backoff while attempts remain,
    and to ``failed`` once ``max_attempts`` executions started.
+6. An execution whose outcome the database refused to store, even sanitised, ends the job; it
+   never runs again blindly, since it would most likely report the same thing. What it reported
+   is lost, so its effect may have happened: it ends ``cancelled`` when cancellation was
+   requested (rule 2), parked when the type forbids a blind retry (rule 4), else ``failed``.
 """
 
 from __future__ import annotations
@@ -56,10 +60,13 @@ class Happened(enum.Enum):
     INTERRUPTED = "interrupted"  # the worker stopped it mid-run and knows it stopped (shutdown)
     NOT_STARTED = "not_started"  # claimed, but the handler never began
     OUTAGE = "outage"  # the handler ran, and lost the jobs database under it
+    UNSTORABLE = "unstorable"  # it ended, and the database refused to store its outcome
 
 
 #: Executions that ended without saying whether their side effect happened.
 _AMBIGUOUS = frozenset({Happened.LOST, Happened.INTERRUPTED})
+#: The reason of a job ended because its outcome could not be stored (rule 6).
+OUTCOME_INVALID = "outcome_invalid"
 #: Executions that are given back as if they never ran.
 _UNCOUNTED = frozenset({Happened.NOT_STARTED, Happened.OUTAGE})
 _UNSAFE = "a blind retry is unsafe for this type"
@@ -134,6 +141,8 @@ def decide(situation: Situation, backoff: Callable[[], Backoff], rng: Random = r
         return Decision(JobStatus.FAILED, EventKind.FAILED, True, reason="permanent_error")
     if s.happened is Happened.RECONCILED_UNKNOWN:
         return Decision(JobStatus.NEEDS_REVIEW, EventKind.NEEDS_REVIEW, True, reason="reconcile unknown")
+    if s.happened is Happened.UNSTORABLE:
+        return _unstorable(s)
     # RETRYABLE, LOST, INTERRUPTED: the execution started and ended without a verdict.
     if s.cancel_requested:
         return Decision(JobStatus.CANCELLED, EventKind.CANCELLED, True, reason="cancel requested")
@@ -153,6 +162,15 @@ def decide(situation: Situation, backoff: Callable[[], Backoff], rng: Random = r
         # Stopped by a shutdown, not by its own failure: another worker may take it at once.
         return Decision(JobStatus.PENDING, event, True, reason="interrupted")
     return Decision(JobStatus.PENDING, event, True, retry_delay(s, backoff(), rng), reason="retry")
+
+
+def _unstorable(s: Situation) -> Decision:
+    """Rule 6: an outcome the database refused ends the job, whatever the attempts left."""
+    if s.cancel_requested:
+        return Decision(JobStatus.CANCELLED, EventKind.CANCELLED, True, reason="cancel requested")
+    if _when_ambiguous(s) == "needs_review":
+        return Decision(JobStatus.NEEDS_REVIEW, EventKind.NEEDS_REVIEW, True, reason=_why_unsafe(s))
+    return Decision(JobStatus.FAILED, EventKind.FAILED, True, reason=OUTCOME_INVALID)
 
 
 def _when_ambiguous(s: Situation) -> str:

@@ -5,8 +5,9 @@ Each :class:`~django_jobs.runtime.executor.Finished` goes through :func:`django_
 and becomes an :class:`~django_jobs.transitions.Outcome` whose every field is storable: the
 error text without NUL characters and bounded, the code a bounded string, the delay clamped.
 If the database still refuses a batch for its data, the batch is written one row at a time,
-and only the row it refuses ends — ``failed`` with code ``OUTCOME_INVALID`` — so the worker
-never dies of a job's data and the rest of the batch is written.
+and only the row it refuses ends, code ``OUTCOME_INVALID``, where :func:`decide` sends it
+(``failed``, or ``cancelled`` on a cancel request, ``needs_review`` when a blind retry is
+unsafe) — so the worker never dies of a job's data and the rest of the batch is written.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import logging
 import random
 from collections.abc import Mapping, Sequence
 
-from django.db import DatabaseError
+from django.db import DatabaseError, transaction
 
 from django_jobs import logs, signals, transitions
 from django_jobs.backoff import Backoff, Random
@@ -207,30 +208,61 @@ def _fields(outcome: Outcome, by_id: Mapping[int, Finished], worker_id: str | No
 
 
 def _write_refused(outcome: Outcome, exc: DatabaseError, fields: dict[str, object]) -> Outcome | None:
-    """End the one job whose outcome the database refused, with a plain, storable error."""
-    logger.error(
-        "outcome refused by the database id=%s status=%s: %s; the job ends failed (%s)",
-        outcome.job_id, outcome.status, type(exc).__name__, ErrorCode.OUTCOME_INVALID, extra=fields,
-    )  # fmt: skip
-    replacement = Outcome(
-        job_id=outcome.job_id,
-        execution_id=outcome.execution_id,
-        status=JobStatus.FAILED,
-        error_code=ErrorCode.OUTCOME_INVALID,
-        error=f"the outcome reported for this execution ({outcome.status}) could not be stored: "
-        f"{type(exc).__name__}",
-        event=EventKind.FAILED,
-        details=json.dumps({"reason": "outcome_invalid"}),
-        attempts=outcome.attempts,
-        ran_for=outcome.ran_for,
-    )
+    """End the one job whose outcome the database refused, as :func:`decide` says of an
+    unstorable outcome, with a plain, storable error; None when nothing was written."""
+    alias = jobs_settings.DATABASE
     try:
-        return replacement if transitions.write_outcomes([replacement]) else None
+        # The row is locked from the read to the write: the decision sees the cancel request
+        # as it stands when the job ends.
+        with transaction.atomic(using=alias):
+            running = transitions.lock_running(outcome.job_id, outcome.execution_id)
+            # None: taken over meanwhile, the new execution owns the job.
+            replacement = None if running is None else _refused(outcome, exc, running)
+            logger.error(
+                "outcome refused by the database id=%s status=%s: %s; the job %s (%s)",
+                outcome.job_id, outcome.status, type(exc).__name__,
+                "is no longer this execution's" if replacement is None else f"ends {replacement.status}",
+                ErrorCode.OUTCOME_INVALID, extra=fields,
+            )  # fmt: skip
+            if replacement is None:
+                return None
+            return replacement if transitions.write_outcomes([replacement]) else None
     except DATABASE_UNAVAILABLE:
         raise
     except DatabaseError:
         logger.exception("could not end job id=%s; its lease decides", outcome.job_id, extra=fields)
         return None
+
+
+def _refused(outcome: Outcome, exc: DatabaseError, running: transitions.Running) -> Outcome:
+    """The write that ends an execution whose ``outcome`` the database refused."""
+    decision = decide(
+        Situation(
+            Happened.UNSTORABLE,
+            running.attempt,
+            running.max_attempts,
+            on_lost=running.on_lost,
+            cancel_requested=running.cancel_requested,
+            previous_error_code=running.last_error_code,
+            on_lost_in_call=running.on_lost_in_call,
+            marked_call=running.marked_call,
+        ),
+        Backoff,  # never called: an unstorable outcome is not retried
+    )
+    return Outcome(
+        job_id=outcome.job_id,
+        execution_id=outcome.execution_id,
+        status=decision.status,
+        error_code=ErrorCode.OUTCOME_INVALID,
+        error=f"the outcome reported for this execution ({outcome.status}) could not be stored: "
+        f"{type(exc).__name__}",
+        event=decision.event,
+        details=json.dumps({"reason": decision.reason}),
+        # As the refused write counted it: the refusal changes where the job goes, not that it ran.
+        attempts=outcome.attempts,
+        ran_for=outcome.ran_for,
+        reason=decision.reason,
+    )
 
 
 def _number(value: object) -> float | None:

@@ -14,6 +14,7 @@ Time is always the database's ``now()``.
 - ``outcomes``: the end of an execution (a release is an outcome too) — the hot path;
 - ``operator``: what people do (cancel, manual retry, resolve), with actor and reason;
 - ``queues``: what people do to queues (pause, resume), with actor and reason;
+- ``ending``: the row of a running execution, locked, for a writer that decides its end again;
 - ``calls``: the marks an execution commits before it calls out, and their ends;
 - ``recovery``: the reaper's writes (expired leases, retention);
 - ``schedules``: the tick rows of periodic jobs (one per tick, whatever the workers);
@@ -21,6 +22,7 @@ Time is always the database's ``now()``.
 """
 
 from django_jobs.transitions.calls import end_call, mark_call, marked_calls
+from django_jobs.transitions.ending import Running, lock_running
 from django_jobs.transitions.execution import (
     Claim,
     ClaimStatement,
@@ -66,6 +68,7 @@ __all__ = [
     "Outcome",
     "Outlook",
     "Recovery",
+    "Running",
     "any_active",
     "cancel",
     "cancel_requested_among",
@@ -79,6 +82,7 @@ __all__ = [
     "forget_worker",
     "heartbeat",
     "last_ticks",
+    "lock_running",
     "manual_retry",
     "mark_call",
     "marked_calls",

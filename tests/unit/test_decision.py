@@ -67,6 +67,15 @@ def test_every_decision_is_an_arrow_of_the_state_machine_and_keeps_every_rule(
     if s.cancel_requested:
         assert d.status == JobStatus.CANCELLED
     assert not (s.cancel_requested and d.status == JobStatus.PENDING)
+    # 6. An outcome the database refused to store ends the job, never to run again blindly:
+    #    cancelled on a request (above), parked when the type forbids a blind retry (what it
+    #    reported is lost, its effect may have happened), else failed, whatever attempts remain.
+    if s.happened is Happened.UNSTORABLE:
+        parked = not s.cancel_requested and policy_when_ambiguous(s) == "needs_review"
+        ended = JobStatus.CANCELLED if s.cancel_requested else JobStatus.FAILED
+        assert d.counted and d.delay == 0
+        assert d.status == (JobStatus.NEEDS_REVIEW if parked else ended)
+        return
     # 3. Attempts count executions that started; what never started or was cut off by an
     #    outage goes back uncounted and at once.
     if s.happened is Happened.NOT_STARTED:
@@ -165,6 +174,27 @@ def test_every_decision_is_an_arrow_of_the_state_machine_and_keeps_every_rule(
             True,
         ),
         (Situation(Happened.RECONCILED_DONE, 2, 5), JobStatus.COMPLETED, EventKind.RECONCILED, True),
+        (Situation(Happened.UNSTORABLE, 1, 5), JobStatus.FAILED, EventKind.FAILED, True),
+        (
+            Situation(Happened.UNSTORABLE, 1, 5, cancel_requested=True),
+            JobStatus.CANCELLED,
+            EventKind.CANCELLED,
+            True,
+        ),
+        (
+            Situation(Happened.UNSTORABLE, 1, 5, "needs_review"),
+            JobStatus.NEEDS_REVIEW,
+            EventKind.NEEDS_REVIEW,
+            True,
+        ),
+        (
+            Situation(
+                Happened.UNSTORABLE, 1, 5, "needs_review", on_lost_in_call="needs_review", marked_call=False
+            ),
+            JobStatus.FAILED,
+            EventKind.FAILED,
+            True,
+        ),
     ],
 )
 def test_decision_table(situation: Situation, status: str, event: str | None, counted: bool) -> None:
