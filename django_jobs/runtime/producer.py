@@ -4,8 +4,8 @@ It claims only when there is room: one job per live slot, plus a prefetch while 
 (see ``PREFETCH_SECONDS``; the handlers' run time is an EWMA), up to two batches; with queue
 slots, no queue holds more than its slots. It claims nothing while the jobs database refuses
 executors (a back-off, :class:`~django_jobs.runtime.outage.Outage`), while the outcome writer holds
-outcomes it cannot write, or while the heartbeat goes unanswered (``holding back``: a job started
-now could not keep its lease).
+outcomes it cannot write, or while the heartbeat goes unanswered (:mod:`~django_jobs.runtime.holdback`:
+a job started now could not keep its lease).
 
 It gives back, unstarted and with their attempts untouched, the prefetched jobs that waited too
 long for a slot, those of queues paused since their claim, and all of them while it holds back.
@@ -27,7 +27,7 @@ from django_jobs.observe.liveness import Liveness
 from django_jobs.registry import JobType
 from django_jobs.runtime.context import Lease
 from django_jobs.runtime.executor import Finished
-from django_jobs.runtime.heartbeat import Heartbeat
+from django_jobs.runtime.holdback import HoldBack
 from django_jobs.runtime.outage import Outage
 from django_jobs.runtime.pool import ExecutorPool, Held
 from django_jobs.runtime.stats import WorkerStats
@@ -82,7 +82,7 @@ class Producer:
         job_types: dict[str, JobType],
         pool: ExecutorPool,
         writer: OutcomeWriter,
-        heartbeat: Heartbeat,
+        hold_back: HoldBack,
         liveness: Liveness,
         stats: WorkerStats,
         stopping: threading.Event,
@@ -96,7 +96,7 @@ class Producer:
         self._job_types = job_types
         self._pool = pool
         self._writer = writer
-        self._heartbeat = heartbeat
+        self._hold_back = hold_back
         self._liveness = liveness
         self._stats = stats
         self._stopping = stopping
@@ -117,13 +117,6 @@ class Producer:
         # short leases, and the claim loop looks only when it turns.
         shortest_lease = min([t.lease for t in job_types.values()] or [jobs_settings.LEASE_TIMEOUT])
         self.buffer_wait = max(10 * jobs_settings.PREFETCH_SECONDS, min(5.0, shortest_lease / 3))
-        # A heartbeat unanswered this long may have let the leases of this worker's jobs expire
-        # (and be taken back): a job started now could not keep its lease either. Types that
-        # do not beat live on their lease alone, whatever the heartbeat does.
-        self.unanswered_limit = min(
-            [t.lease for t in job_types.values() if t.heartbeat] or [jobs_settings.LEASE_TIMEOUT]
-        )
-        self.holding_back = False  # no job starts until the heartbeat is answered again
         self._lock = threading.Lock()
         self.avg_duration: float | None = None  # EWMA of handler run time, seconds
         self.outage_until = 0.0  # no claims before this (monotonic): the database refused us
@@ -146,7 +139,7 @@ class Producer:
         """Claim what there is room for, hand it to the pool; returns how many were claimed."""
         if self._stopping.is_set() or time.monotonic() < self.outage_until:
             return 0
-        if not self.may_start_jobs():
+        if not self._hold_back.may_start_jobs():
             self._stats.held_back += 1
             return 0
         if self._writer.holds_back_claims:
@@ -227,38 +220,6 @@ class Producer:
             extra=logs.worker_fields(self._worker_id),
         )
 
-    # ---- holding back while the heartbeat is unanswered ----------------------------------------
-
-    def may_start_jobs(self) -> bool:
-        """Whether the heartbeat reached the database within the shortest lease: if not, this
-        worker claims nothing and starts nothing until it does (see docs/workers.md).
-
-        A worker cut off from the database by a network fault whose heartbeat connection is
-        stuck would otherwise run jobs whose leases nobody extends: other workers (or its own
-        reaper) take them back, and they run twice.
-        """
-        unanswered = self._heartbeat.unanswered_for(time.monotonic())
-        holding_back = unanswered >= self.unanswered_limit
-        if holding_back != self.holding_back:
-            self._note_holding_back(holding_back, unanswered)
-        return not holding_back
-
-    def _note_holding_back(self, holding_back: bool, unanswered: float) -> None:
-        with self._lock:  # the claim loop and the slots ask: one of them says it
-            if holding_back == self.holding_back:
-                return
-            self.holding_back = holding_back
-        if holding_back:
-            logger.warning(
-                "heartbeat unanswered for %.1fs (the shortest lease is %gs): starting no job until "
-                "it gets through", unanswered, self.unanswered_limit,
-                extra=logs.worker_fields(self._worker_id),
-            )  # fmt: skip
-        else:
-            logger.info("heartbeat answered again: starting jobs", extra=logs.worker_fields(self._worker_id))
-            self._writer.database_answered()
-            self._wake.set()
-
     # ---- giving back ---------------------------------------------------------------------------
 
     def give_back_due(self) -> int:
@@ -307,7 +268,7 @@ class Producer:
     def give_back_unstartable(self) -> int:
         """While no job may start, what was prefetched goes back (or to the reaper, if the
         database is away: its lease runs out, and it never ran)."""
-        if self.may_start_jobs():
+        if self._hold_back.may_start_jobs():
             return 0
         held = self._pool.take_buffered()
         if held:

@@ -28,22 +28,22 @@ This module is the supervisor: :class:`Worker` builds those services, starts the
 claim loop, and stops them in order (drain, grace, abandon, cut leases). Each service lives in a
 module of its own; what the worker does with a finished job (``_record``) is here because the pool
 calls it, and it touches three of them.
+
+Past 300 lines, for a reason: the constructor documents each option and wires eleven services
+whose callbacks point at one another, and the ordered stop is one sequence across all of them that
+reads best in one place. What is left here decides nothing a service could decide alone.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
-import os
 import signal
-import socket
 import threading
 import time
-import uuid
 from collections.abc import Sequence
 from types import FrameType
 
-from django.conf import settings
 from django.db import Error as DatabaseError  # every database error, InterfaceError included
 
 from django_jobs import logs, signals, transitions
@@ -61,8 +61,10 @@ from django_jobs.runtime import connectivity
 from django_jobs.runtime.context import Lease
 from django_jobs.runtime.executor import Finished, execute
 from django_jobs.runtime.heartbeat import Heartbeat
+from django_jobs.runtime.holdback import HoldBack
 from django_jobs.runtime.outage import Outage
 from django_jobs.runtime.pool import ExecutorPool, Held
+from django_jobs.runtime.presence import Presence, make_worker_id
 from django_jobs.runtime.process_pool import ProcessPool
 from django_jobs.runtime.producer import Producer, lease_for
 from django_jobs.runtime.stats import SUMMARY_INTERVAL, Summaries, WorkerStats
@@ -81,10 +83,6 @@ EXIT_MARGIN = 2.0
 POOLS = ("thread", "process")
 #: At most this long between a SIGTERM and the worker acting on it, when it is idle.
 _SIGNAL_LATENCY = 0.5
-
-
-def make_worker_id() -> str:
-    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
 
 
 class Worker:
@@ -148,8 +146,17 @@ class Worker:
         self._signals = 0  # SIGTERM / SIGINT received, counted by the handler
         self._signal_name = "a signal"
         self._outage = Outage()  # the claim loop's, while the database is away
-        self._types_reported = False
-        self._heartbeat = Heartbeat(self._running_leases, report=self._report_alive)
+        self._presence = Presence(
+            worker_id=self.worker_id,
+            queues=self.queues,
+            concurrency=concurrency,
+            pool=pool,
+            mode=" until settled" if until_settled else " in burst mode" if burst else "",
+            job_types=self.job_types,
+            stats=self.stats,
+            holding=self._holding,
+        )
+        self._heartbeat = Heartbeat(self._running_leases, report=self._presence.report_alive)
         self.pool = pool
         self._pool: ExecutorPool = (
             ProcessPool(
@@ -190,6 +197,12 @@ class Worker:
             wake=self._wake,
             metrics=self._metrics,
         )
+        self._hold_back = HoldBack(
+            heartbeat=self._heartbeat,
+            job_types=self.job_types,
+            worker_id=self.worker_id,
+            answered_again=self._database_answered_again,
+        )
         self._producer = Producer(
             worker_id=self.worker_id,
             queues=self.queues,
@@ -199,7 +212,7 @@ class Worker:
             job_types=self.job_types,
             pool=self._pool,
             writer=self._writer,
-            heartbeat=self._heartbeat,
+            hold_back=self._hold_back,
             liveness=self.liveness,
             stats=self.stats,
             stopping=self._stopping,
@@ -231,7 +244,7 @@ class Worker:
         self._install_signal_handlers()
         self._pool.start()
         self._writer.start()
-        self._log_start()
+        self._presence.log_start()
         self._heartbeat.start()
         self._wakeup.start()
         if self._reaper is not None:
@@ -254,27 +267,11 @@ class Worker:
         )  # fmt: skip
         return 0
 
-    def _log_start(self) -> None:
-        types = sorted(self.job_types.values(), key=lambda t: t.name)
-        listed = ", ".join(f"{t.name} v{t.version}" for t in types)
-        mode = " until settled" if self.until_settled else " in burst mode" if self.burst else ""
-        logger.info(
-            "worker started%s id=%s queues=%s concurrency=%s pool=%s types=%s: %s",
-            mode, self.worker_id, ",".join(self.queues) or "all", self.concurrency, self.pool,
-            len(types), listed or "none", extra=logs.worker_fields(self.worker_id),
-        )  # fmt: skip
-        changed = logs.changed_settings(getattr(settings, "DJANGO_JOBS", {}) or {})
-        if changed:
-            logger.info(
-                "settings that differ from the defaults: %s", ", ".join(changed),
-                extra=logs.worker_fields(self.worker_id),
-            )  # fmt: skip
-
     @property
     def holding_back(self) -> bool:
         """Whether the worker starts no job now: its heartbeat has gone unanswered for as long
         as the shortest lease (a network cut, a stuck connection)."""
-        return not self._producer.may_start_jobs()
+        return not self._hold_back.may_start_jobs()
 
     def stop(self, abort: bool = False, reason: str = "asked to stop") -> None:
         """Ask the worker to stop claiming (and, with ``abort``, to stop waiting for its jobs)."""
@@ -323,7 +320,7 @@ class Worker:
             unwritten = writer.unwritten
             settled = looked and not buffered and not running and claimed == 0 and not unwritten
             # A claim held back for an unanswered heartbeat says nothing about what is pending.
-            settled = settled and not producer.holding_back
+            settled = settled and not self._hold_back.holding_back
             if settled and time.monotonic() >= producer.outage_until:
                 if self.burst:
                     self.stop_reason = "nothing left to claim (burst)"
@@ -338,7 +335,7 @@ class Worker:
             # lock), so an idle wait is cut into turns short enough to act on signals soon.
             wait = self._wakeup.idle_wait(
                 stall=self.liveness.limits.stall,
-                holding_back=producer.holding_back,
+                holding_back=self._hold_back.holding_back,
                 outage_until=producer.outage_until,
             )
             # A turn that did not look keeps the time it waits for (or comes earlier, for a
@@ -357,7 +354,7 @@ class Worker:
     # ---- the pool's side (executor threads) -----------------------------------------------------
 
     def _execute(self, claim: Claim, lease: Lease) -> Finished:
-        if not self._producer.may_start_jobs():
+        if not self._hold_back.may_start_jobs():
             return Finished(claim, Happened.NOT_STARTED)  # given back unstarted, uncounted
         return execute(claim, lease, side_writer=self._heartbeat, on_start=self._started)
 
@@ -393,6 +390,13 @@ class Worker:
             # was not taken over meanwhile.
             self._writer.write_late(finished)
 
+    def _database_answered_again(self) -> None:
+        """The heartbeat got through after holding back: a writer waiting out its back-off
+        retries at once, before the leases of the executions it holds run out and their jobs
+        are handed to another worker to run again; the claim loop claims."""
+        self._writer.database_answered()
+        self._wake.set()
+
     def _database_seen(self, answered: bool) -> None:
         """The heartbeat reached the database, or could not."""
         if answered:
@@ -402,23 +406,6 @@ class Worker:
 
     def _running_leases(self) -> list[Lease]:
         return self._pool.running_leases()
-
-    def _report_alive(self) -> None:
-        buffered, running, _ = self._pool.counts()
-        # What this worker can run is said once, by its first report that gets through.
-        job_types = None if self._types_reported else {n: t.version for n, t in self.job_types.items()}
-        transitions.report_worker(
-            job_types=job_types,
-            worker_id=self.worker_id,
-            hostname=socket.gethostname(),
-            pid=os.getpid(),
-            queues=",".join(self.queues),
-            concurrency=self.concurrency,
-            running=buffered + running,
-            # dict.copy is one C call: safe while the main thread counts a new kind of outcome.
-            processed=sum(dict.copy(self.stats.outcomes).values()),  # executions
-        )
-        self._types_reported = True
 
     # ---- shutdown -----------------------------------------------------------------------------
 

@@ -100,7 +100,7 @@ def test_the_producer_claims_nothing_and_gives_back_its_prefetch_while_the_heart
     producer = worker._producer
     assert producer.run_once().claimed == 2
     # The heartbeat has been trying to reach the database for longer than the shortest lease.
-    worker._heartbeat._unanswered_since = time.monotonic() - 2 * producer.unanswered_limit
+    worker._heartbeat._unanswered_since = time.monotonic() - 2 * worker._hold_back.unanswered_limit
     assert producer.run_once() == ProducerTurn(claimed=0, given_back=2)
     assert worker.holding_back and worker.stats.held_back == 1
     worker._writer.run_once()
