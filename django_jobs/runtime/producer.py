@@ -129,7 +129,12 @@ class Producer:
         self.refill_at = 0
 
     def run_once(self) -> ProducerTurn:
-        """One turn: give back what should not wait, then claim if there is room."""
+        """One turn: give back what should not wait, then claim if there is room.
+
+        The claim loop takes the two halves apart (:meth:`give_back_due`, then
+        :meth:`claim_if_room` when the wake-up says a claim may find something); this is them
+        together, as a turn that always claims. Raises what an unreachable database raises.
+        """
         given_back = self.give_back_due()
         return ProducerTurn(claimed=self.claim_if_room(), given_back=given_back)
 

@@ -462,9 +462,8 @@ class Worker:
         self._writer.stop(timeout=max(self.grace, 5.0))
         self._writer.flush_patiently(until=time.monotonic() + max(self.grace, 5.0), stopping=self._stopping)
         self._writer.close()
-        self._writer.flush_patiently(
-            until=time.monotonic(), stopping=self._stopping
-        )  # what arrived while closing
+        # What arrived while closing.
+        self._writer.flush_patiently(until=time.monotonic(), stopping=self._stopping)
         self._heartbeat.stop()
         if self._reaper is not None:
             self._reaper.join()

@@ -4,6 +4,7 @@ their threads: the producer (django_jobs/runtime/producer.py), the outcome write
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Iterator
 
@@ -105,6 +106,26 @@ def test_the_producer_claims_nothing_and_gives_back_its_prefetch_while_the_heart
     assert worker.holding_back and worker.stats.held_back == 1
     worker._writer.run_once()
     assert _statuses() == {JobStatus.PENDING: 3}
+
+
+def test_a_refused_executor_holds_claims_off_longer_each_time_until_a_handler_runs(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    enqueue("test.noop", {})
+    worker = Worker(concurrency=1)
+    producer = worker._producer
+    with caplog.at_level(logging.WARNING, logger="django_jobs.worker"):
+        producer.back_off_claims()
+        assert producer.outage_until > time.monotonic()
+        assert producer.run_once() == ProducerTurn(claimed=0)  # held off: the job stays pending
+        producer.back_off_claims()
+        producer.ran(0.01)  # the database answered an executor: the next refusal starts over
+        producer.back_off_claims()
+    refusals = [r.getMessage() for r in caplog.records if "refused an executor" in r.getMessage()]
+    assert refusals == [
+        f"jobs database refused an executor: no claims for {s}s" for s in ("0.1", "0.2", "0.1")
+    ]
+    assert _statuses() == {JobStatus.PENDING: 1}
 
 
 # ---- the outcome writer -------------------------------------------------------------------------------
