@@ -77,7 +77,7 @@ def run(name: str, big: int, claims: int) -> list[float]:
             _FILL, {"type": "test.noop", "version": 1, "status": "pending", "offset": -60.0, "n": CLAIMABLE}
         )
         cursor.execute("VACUUM ANALYZE django_jobs_job")
-    statement = Worker(burst=True)._statement
+    statement = Worker(burst=True)._producer.statement
     timings: list[float] = []
     for _ in range(claims):
         started = time.perf_counter()

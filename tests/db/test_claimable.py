@@ -63,7 +63,7 @@ def test_claimable_lists_what_the_claim_takes_in_its_order(mixed_table: dict[str
     listed = list(Job.objects.claimable().values_list("id", flat=True))
     assert names(mixed_table, listed) == expected
 
-    statement = Worker(burst=True)._statement  # the statement runjobs claims with
+    statement = Worker(burst=True)._producer.statement  # the statement runjobs claims with
     claimed = claim(statement, limit=100)
     assert [c.id for c in claimed] == listed
 
@@ -73,7 +73,7 @@ def test_claimable_of_named_queues_is_what_a_worker_of_those_queues_takes(
 ) -> None:
     listed = list(Job.objects.claimable(queues=["emails", "reports"]).values_list("id", flat=True))
     assert names(mixed_table, listed) == ["other_queue"]  # reports is paused
-    claimed = claim(Worker(burst=True, queues=["emails", "reports"])._statement, limit=100)
+    claimed = claim(Worker(burst=True, queues=["emails", "reports"])._producer.statement, limit=100)
     assert [c.id for c in claimed] == listed
 
 
@@ -94,6 +94,6 @@ def test_claimable_filters_with_the_claim_statements_own_text() -> None:
     for queues in (None, ["emails"]):
         worker = Worker(burst=True, queues=queues)
         sql, _ = claim_filter(claim_inputs(registry.all()))
-        assert sql in worker._statement.sql
+        assert sql in worker._producer.statement.sql
     raw, params = positional(*claim_filter(claim_inputs(registry.all())))
     assert "%(" not in raw and raw.count("%s") == len(params)

@@ -262,13 +262,13 @@ def test_a_cancelled_job_says_who_cancelled_it_and_why() -> None:
 
 def test_a_worker_records_the_types_it_runs_with_its_first_report_only() -> None:
     worker = Worker(queues=[QUEUE], worker_id="w-types")
-    worker._report_alive()
+    worker._presence.report_alive()
     row = LiveWorker.objects.get(worker_id="w-types")
     # The registry as it is now: modules collected after this one register tasks of their own.
     assert row.job_types == {t.name: t.version for t in registry.all()}
     assert row.job_types["test.versioned"] == 3
     LiveWorker.objects.filter(worker_id="w-types").update(job_types={})
-    worker._report_alive()  # a heartbeat: the types are not written again
+    worker._presence.report_alive()  # a heartbeat: the types are not written again
     assert LiveWorker.objects.get(worker_id="w-types").job_types == {}
 
 

@@ -109,7 +109,7 @@ def test_shutdown_releases_claimed_jobs_that_never_started() -> None:
     waiting = [enqueue("test.noop", {}) for _ in range(3)]
     with BackgroundWorker(concurrency=1, batch_size=10) as worker:
         wait_for(lambda: BusinessRow.objects.exists())
-        worker._claim_target = lambda: 4  # type: ignore[method-assign]  # force a prefetch
+        worker._producer.claim_target = lambda: 4  # type: ignore[method-assign]  # force a prefetch
         wait_for(lambda: Job.objects.filter(status=JobStatus.RUNNING).count() == 4, timeout=3)
     for job in waiting:
         job.refresh_from_db()

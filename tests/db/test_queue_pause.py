@@ -181,11 +181,11 @@ def test_an_until_settled_worker_does_not_wait_for_a_paused_queue() -> None:
 def test_jobs_prefetched_before_a_pause_are_given_back_unstarted() -> None:
     emails, other = JobFactory(queue="emails"), JobFactory(queue="default")
     worker = Worker(concurrency=1)  # its pool is not started: whatever it holds stays buffered
-    worker._pool.submit([Held(c, worker._lease_for(c)) for c in claim(NAMED, 100, start_now=0)])
+    worker._pool.submit([Held(c, worker._producer.lease_for(c)) for c in claim(NAMED, 100, start_now=0)])
     pause_queue("emails", actor="ops", reason="why")
-    worker._note_paused("emails")  # what its listener does on "!paused emails"
-    worker._give_back_paused()
-    worker._flush(force=True)
+    worker._producer.note_paused("emails")  # what its listener does on "!paused emails"
+    worker._producer.give_back_paused()
+    worker._writer.flush(force=True)
     emails.refresh_from_db()
     assert (emails.status, emails.attempts) == (JobStatus.PENDING, 0)  # back, and no attempt used
     assert Job.objects.get(id=other.id).status == JobStatus.RUNNING  # another queue's job stays held
