@@ -4,7 +4,7 @@ A schedule is declared in code, on the job type (``@job("reports.nightly", sched
 tz="Europe/Moscow")``) or in ``DJANGO_JOBS["SCHEDULES"]``. Its *ticks* are the instants it is
 due: the matches of a cron expression in its time zone (computed by ``cronsim``), or the
 multiples of a fixed interval counted from the Unix epoch (so every worker computes the same
-ticks without talking to the others). The scheduler (``django_jobs.maintenance.scheduler``) fires each tick
+ticks without talking to the others). The scheduler (``django_jobs.maintenance.periodic``) fires each tick
 once, whatever the number of workers, by inserting a row keyed by (schedule, tick).
 
 Time zones: a tick in a DST gap (a wall time that does not exist that day) fires at the first

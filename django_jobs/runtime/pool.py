@@ -31,6 +31,7 @@ from django.db import connections
 
 from django_jobs import logs
 from django_jobs.decision import Happened
+from django_jobs.registry import JobType
 from django_jobs.runtime.context import Lease
 from django_jobs.runtime.executor import Finished
 from django_jobs.transitions import Claim
@@ -39,6 +40,31 @@ logger = logging.getLogger("django_jobs.pool")
 
 #: Seconds past its deadline after which a running job's thread is declared stuck.
 STUCK_GRACE = 1.0
+
+
+def lease_for(
+    claim: Claim, job_type: JobType, worker_id: str | None = None, sent_at: float | None = None
+) -> Lease:
+    """The lease of a claimed execution, on its type's terms, held by worker ``worker_id``.
+
+    ``sent_at`` is the monotonic time just before the claim was sent: the database's lease
+    started after it, so a lease counted from it never outlasts the database's (see
+    ``Lease.held_until``).
+    """
+    claimed = time.monotonic() if sent_at is None else sent_at
+    return Lease(
+        claim.id,
+        claim.execution_id,
+        job_type.lease,
+        beats=job_type.heartbeat,
+        timeout=job_type.timeout,
+        counted=claim.counted,
+        claimed=claimed,
+        last_beat=claimed,
+        claimed_db=claim.claimed_at,
+        claim=claim,
+        worker_id=worker_id,
+    )
 
 
 @dataclass(eq=False)

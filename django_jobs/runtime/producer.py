@@ -29,37 +29,12 @@ from django_jobs.runtime.context import Lease
 from django_jobs.runtime.executor import Finished
 from django_jobs.runtime.holdback import HoldBack
 from django_jobs.runtime.outage import Outage
-from django_jobs.runtime.pool import ExecutorPool, Held
+from django_jobs.runtime.pool import ExecutorPool, Held, lease_for
 from django_jobs.runtime.stats import WorkerStats
 from django_jobs.runtime.writer import OutcomeWriter
 from django_jobs.transitions import Claim, ClaimStatement
 
 logger = logging.getLogger("django_jobs.worker")
-
-
-def lease_for(
-    claim: Claim, job_type: JobType, worker_id: str | None = None, sent_at: float | None = None
-) -> Lease:
-    """The lease of a claimed execution, on its type's terms, held by worker ``worker_id``.
-
-    ``sent_at`` is the monotonic time just before the claim was sent: the database's lease
-    started after it, so a lease counted from it never outlasts the database's (see
-    ``Lease.held_until``).
-    """
-    claimed = time.monotonic() if sent_at is None else sent_at
-    return Lease(
-        claim.id,
-        claim.execution_id,
-        job_type.lease,
-        beats=job_type.heartbeat,
-        timeout=job_type.timeout,
-        counted=claim.counted,
-        claimed=claimed,
-        last_beat=claimed,
-        claimed_db=claim.claimed_at,
-        claim=claim,
-        worker_id=worker_id,
-    )
 
 
 @dataclass(frozen=True)

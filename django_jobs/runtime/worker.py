@@ -29,7 +29,7 @@ claim loop, and stops them in order (drain, grace, abandon, cut leases). Each se
 module of its own; what the worker does with a finished job (``_record``) is here because the pool
 calls it, and it touches three of them.
 
-Past 300 lines, for a reason: the constructor documents each option and wires eleven services
+Over 300 lines: the constructor documents each option and wires eleven services
 whose callbacks point at one another, and the ordered stop is one sequence across all of them that
 reads best in one place. What is left here decides nothing a service could decide alone.
 """
@@ -63,10 +63,10 @@ from django_jobs.runtime.executor import Finished, execute
 from django_jobs.runtime.heartbeat import Heartbeat
 from django_jobs.runtime.holdback import HoldBack
 from django_jobs.runtime.outage import Outage
-from django_jobs.runtime.pool import ExecutorPool, Held
+from django_jobs.runtime.pool import ExecutorPool, Held, lease_for
 from django_jobs.runtime.presence import Presence, make_worker_id
 from django_jobs.runtime.process_pool import ProcessPool
-from django_jobs.runtime.producer import Producer, lease_for
+from django_jobs.runtime.producer import Producer
 from django_jobs.runtime.stats import SUMMARY_INTERVAL, Summaries, WorkerStats
 from django_jobs.runtime.wakeup import Wakeup
 from django_jobs.runtime.writer import OutcomeWriter

@@ -11,24 +11,6 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 PAGE = (ROOT / "docs" / "architecture.md").read_text()
 
-#: Modules the page announces under the names they take once their module is split; one that
-#: exists now must leave this set (and the page drop its "after the split").
-ANNOUNCED = frozenset(
-    {
-        "runtime/supervisor.py",
-        "runtime/producer.py",
-        "runtime/wakeup.py",
-        "runtime/writer.py",
-        "runtime/outage.py",
-        "maintenance/rescuer.py",
-        "maintenance/pruner.py",
-        "maintenance/periodic.py",
-        "console/jobs.py",
-        "console/queues.py",
-        "reads.py",
-    }
-)
-
 #: The trip of a payload, as the page tells it: each names a function that exists, in this order.
 TRIP = (
     "django_jobs.enqueueing.enqueue",
@@ -59,12 +41,22 @@ def _resolve(dotted: str) -> object:
     raise ModuleNotFoundError(dotted)
 
 
-def test_every_module_the_page_names_exists_or_is_announced() -> None:
+def test_every_module_the_page_names_exists() -> None:
     named = set(re.findall(r"`([a-z_/]+\.py)`", PAGE))
     bases = (ROOT / "django_jobs", ROOT)
-    missing = {path for path in named if not any((base / path).exists() for base in bases)}
-    assert sorted(missing - ANNOUNCED) == []
-    assert sorted(ANNOUNCED - missing) == [], "these exist now: the page can name them as they are"
+    assert sorted(path for path in named if not any((base / path).exists() for base in bases)) == []
+
+
+def test_the_picture_of_the_layers_names_every_package_and_its_modules() -> None:
+    picture = PAGE[PAGE.index("```text") : PAGE.index("```", PAGE.index("```text") + 3)]
+    package = ROOT / "django_jobs"
+    for folder in sorted(p for p in package.iterdir() if (p / "__init__.py").exists()):
+        if folder.name in ("migrations", "management", "templatetags"):
+            continue
+        assert f"{folder.name}/" in picture, folder.name
+        for module in sorted(folder.glob("*.py")):
+            if module.stem != "__init__":
+                assert re.search(rf"\b{module.stem}\b", picture), f"{folder.name}/{module.name}"
 
 
 @pytest.mark.parametrize("name", [step for step in TRIP if "(" not in step])

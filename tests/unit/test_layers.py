@@ -79,7 +79,6 @@ PENDING_SPLIT = frozenset(
         "django_jobs.runtime.context",  # the context and its external-call and effect helpers
         "django_jobs.runtime.executor",  # running one job: steps to be named apart
         "django_jobs.runtime.process_pool",  # the child process's loop, apart from the pool
-        "django_jobs.runtime.worker",  # to become supervisor, producer, wakeup, writer, outage
         "django_jobs.tasks_framework.backend",  # the backend apart from its result reads
     }
 )
