@@ -9,6 +9,9 @@ Redaction is pattern-based and errs on the side of hiding too much.
 from __future__ import annotations
 
 import re
+import traceback
+
+from django_jobs.conf import jobs_settings
 
 REDACTED = "[REDACTED]"
 
@@ -144,3 +147,18 @@ def error_code(code: object, default: str = "UNKNOWN") -> str:
         cleaned = _CODE_UNSAFE.sub("_", storable_text(code, MAX_CODE_CHARS * 2)).strip("_")
         return cleaned[:MAX_CODE_CHARS] or default
     return default
+
+
+def describe(exc: BaseException) -> str:
+    """The sanitized, bounded text stored for an error: message first, then the traceback.
+
+    Never raises: an exception whose ``__str__`` or traceback cannot be rendered is described
+    by its class name.
+    """
+    try:
+        message = f"{type(exc).__name__}: {exc}"
+        trace = "".join(traceback.format_exception(exc))
+        text = f"{message}\n\n{trace}"
+    except BaseException as inner:  # a __str__ or traceback that raises
+        text = f"{type(exc).__name__} (its description raised {type(inner).__name__})"
+    return storable_text(text, jobs_settings.MAX_ERROR_CHARS)

@@ -44,8 +44,7 @@ from django.db import connections, transaction
 from django.dispatch import Signal
 
 from django_jobs import logs
-from django_jobs.runtime.executor import describe
-from django_jobs.sanitize import storable_text
+from django_jobs.sanitize import describe, storable_text
 
 logger = logging.getLogger("django_jobs.signals")
 

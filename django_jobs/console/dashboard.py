@@ -15,8 +15,7 @@ from django_jobs.conf import jobs_settings
 from django_jobs.models import LiveWorker
 from django_jobs.reads import dashboard as reads
 from django_jobs.reads.clock import database_now
-from django_jobs.reads.queues import QueueRow as QueueRow  # the dashboard's rows, by this name too
-from django_jobs.reads.queues import queue_rows
+from django_jobs.reads.queues import QueueRow, queue_rows
 from django_jobs.registry import registry
 
 #: Counting beyond this many rows says "N+" instead: the dashboard stays fast on any table.

@@ -6,7 +6,7 @@ Two kinds, as the peers split them (celery-exporter, River's and Oban's telemetr
   finished and recovered (a worker, only when it serves ``runjobs --metrics-port``); each
   worker exposes its own on its port, so a scrape never hits the database once per worker;
 - *state*, read from the database when scraped (:func:`queue_families`): per queue, the
-  dashboard's own figures (``django_jobs.console.dashboard.queue_rows``), served by the view of
+  dashboard's own figures (``django_jobs.reads.queues.queue_rows``), served by the view of
   ``django_jobs.urls``.
 
 Every label a worker's counters carry holds at most ``METRICS_MAX_LABEL_VALUES`` distinct
@@ -31,8 +31,8 @@ from typing import TYPE_CHECKING, Any
 from django_jobs.decision import Happened
 
 if TYPE_CHECKING:
-    from django_jobs.console.dashboard import QueueRow
     from django_jobs.maintenance.reaper import ReapResult
+    from django_jobs.reads.queues import QueueRow
     from django_jobs.runtime.executor import Finished
     from django_jobs.transitions import Claim, Outcome
 

@@ -22,7 +22,6 @@ import json
 import logging
 import threading
 import time
-import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -36,7 +35,7 @@ from django_jobs.errors import AMBIGUOUS_CODES, DATABASE_UNAVAILABLE, ErrorCode,
 from django_jobs.registry import JobType, Reconciliation, registry
 from django_jobs.results import encode_result
 from django_jobs.runtime.context import JobContext, Lease, LeaseLost, SideWriter
-from django_jobs.sanitize import storable_text
+from django_jobs.sanitize import describe
 from django_jobs.transitions import Claim
 
 logger = logging.getLogger("django_jobs.executor")
@@ -267,21 +266,6 @@ def decode_payload(claim: Claim, job_type: JobType) -> dict[str, object]:
                 f"upcaster from version {version - 1} returned no JSON object", code=ErrorCode.PAYLOAD_INVALID
             )
     return payload
-
-
-def describe(exc: BaseException) -> str:
-    """The sanitized, bounded text stored for an error: message first, then the traceback.
-
-    Never raises: an exception whose ``__str__`` or traceback cannot be rendered is described
-    by its class name.
-    """
-    try:
-        message = f"{type(exc).__name__}: {exc}"
-        trace = "".join(traceback.format_exception(exc))
-        text = f"{message}\n\n{trace}"
-    except BaseException as inner:  # a __str__ or traceback that raises
-        text = f"{type(exc).__name__} (its description raised {type(inner).__name__})"
-    return storable_text(text, jobs_settings.MAX_ERROR_CHARS)
 
 
 def _decode_json(value: object) -> object:

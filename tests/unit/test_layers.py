@@ -297,3 +297,40 @@ def test_a_module_over_300_lines_says_why_or_is_pending_its_split() -> None:
     unexplained = {name for name, path in long.items() if not _has_reason(path)}
     assert sorted(unexplained - PENDING_SPLIT) == [], "over 300 lines with no reason at the top"
     assert sorted(PENDING_SPLIT - unexplained) == [], "split or explained now: remove from PENDING_SPLIT"
+
+
+#: The bands of docs/architecture.md above ``transitions/``, lowest first: a module of a band
+#: imports nothing of the bands above it (the packages of one band may import each other).
+BANDS = (
+    (f"{ROOT}.reads",),
+    (f"{ROOT}.observe",),
+    (f"{ROOT}.enqueueing", f"{ROOT}.enqueue_options", f"{ROOT}.effects"),
+    (f"{ROOT}.runtime", f"{ROOT}.maintenance"),
+    (f"{ROOT}.console", f"{ROOT}.tasks_framework"),
+)
+#: The one arrow up, on purpose (docs/architecture.md says why): the reaper's pass delivers the
+#: admin-log entries the console's audit still owes.
+UPWARD = frozenset({(f"{ROOT}.maintenance.reaper", f"{ROOT}.console.audit")})
+
+
+def upward_imports() -> list[str]:
+    wrong = []
+    for level, band in enumerate(BANDS):
+        above = tuple(prefix for higher in BANDS[level + 1 :] for prefix in higher)
+        for name in sorted(n for n in modules() if within(n, band)):
+            for i in package_imports(name):
+                # Importing `console.audit` runs the `console` package's face: the same arrow.
+                allowed = {(name, i.target), (name, i.target + ".audit")} & UPWARD
+                if within(i.target, above) and not allowed:
+                    wrong.append(str(i))
+    return wrong
+
+
+def test_each_band_imports_nothing_of_the_bands_above_it() -> None:
+    assert upward_imports() == []
+
+
+def test_the_one_arrow_up_is_still_there() -> None:
+    # Once it goes, UPWARD must go too, so the exception cannot outlive its reason.
+    for importer, target in UPWARD:
+        assert target in {i.target for i in package_imports(importer)}
