@@ -27,8 +27,8 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
+from django_jobs.observe.exposition import bearer_token_matches
 from django_jobs.observe.liveness import Liveness, Verdict
-from django_jobs.observe.metrics import bearer_token_matches
 
 logger = logging.getLogger("django_jobs.probes")
 

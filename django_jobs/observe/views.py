@@ -15,7 +15,7 @@ from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET
 
 from django_jobs.conf import jobs_settings
-from django_jobs.observe import metrics
+from django_jobs.observe import exposition, metrics
 from django_jobs.reads.queues import queue_rows
 
 
@@ -51,7 +51,7 @@ class _QueueState:
     """Reads the per-queue figures at each scrape: the numbers of the dashboard's queue table."""
 
     def collect(self):  # type: ignore[no-untyped-def]
-        return metrics.queue_families(queue_rows())
+        return exposition.queue_families(queue_rows())
 
 
 def _refusal(request: HttpRequest) -> HttpResponse | None:
@@ -60,7 +60,7 @@ def _refusal(request: HttpRequest) -> HttpResponse | None:
     scheme = header.partition(" ")[0]
     if scheme.lower() == "bearer":
         token = jobs_settings.METRICS_TOKEN
-        if token and metrics.bearer_token_matches(header, token):
+        if token and exposition.bearer_token_matches(header, token):
             return None
         return _unauthorized("invalid token")
     user = getattr(request, "user", None)

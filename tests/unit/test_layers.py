@@ -73,8 +73,6 @@ REASON = "Over 300 lines:"
 #: fails if this set differs from what it finds, in either direction.
 PENDING_SPLIT = frozenset(
     {
-        "django_jobs.observe.diagnosis",  # the findings and their reads: reads to move to reads.py
-        "django_jobs.observe.metrics",  # its reads to move to reads.py
         "django_jobs.registry",  # @job's policies, to be carved from the registry itself
         "django_jobs.runtime.context",  # the context and its external-call and effect helpers
         "django_jobs.runtime.executor",  # running one job: steps to be named apart

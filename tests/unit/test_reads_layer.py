@@ -17,6 +17,8 @@ READERS = sorted(
         *(PACKAGE / "console").glob("*.py"),
         PACKAGE / "observe" / "findings.py",
         PACKAGE / "observe" / "diagnosis.py",
+        PACKAGE / "observe" / "reasons.py",
+        *(PACKAGE / "observe").glob("why_*.py"),
         PACKAGE / "observe" / "views.py",
     ]
 )
