@@ -31,11 +31,11 @@ from django_jobs.states import EventKind, JobStatus
 
 
 def blockers(job: Job, now: dt.datetime, db: str, evidence: list[tuple[str, str]]) -> list[Blocker]:
-    """What keeps pending ``job`` from being claimed, first what blocks first; adds to ``evidence``."""
-    blockers: list[Blocker] = []
+    """What keeps pending ``job`` from being claimed, in blocking order; adds to ``evidence``."""
+    found: list[Blocker] = []
     paused = Queue.objects.using(db).filter(name=job.queue, paused_at__isnull=False).first()
     if paused is not None and paused.paused_at is not None:
-        blockers.append(
+        found.append(
             Blocker(
                 Reason.QUEUE_PAUSED,
                 f"Its queue {job.queue} is paused, by {paused.paused_by} since {timestamp(paused.paused_at)} "
@@ -45,12 +45,12 @@ def blockers(job: Job, now: dt.datetime, db: str, evidence: list[tuple[str, str]
         )
     evidence.append(("available at", timestamp(job.available_at)))
     if job.available_at > now:
-        blockers.append(_not_due(job, now, db))
-    blockers.extend(_workers(job, now, db, evidence))
-    blockers.extend(_limits(job, now, db))
-    if not blockers:
-        blockers.append(_claimable(job, now, db, evidence))
-    return blockers
+        found.append(_not_due(job, now, db))
+    found.extend(_workers(job, now, db, evidence))
+    found.extend(_limits(job, now, db))
+    if not found:
+        found.append(_claimable(job, now, db, evidence))
+    return found
 
 
 def _not_due(job: Job, now: dt.datetime, db: str) -> Blocker:
@@ -170,7 +170,7 @@ def _task_module(job: Job) -> str | None:
 
 def _limits(job: Job, now: dt.datetime, db: str) -> list[Blocker]:
     """Its concurrency key at its limit; its type's rate window full."""
-    blockers: list[Blocker] = []
+    found: list[Blocker] = []
     if job.concurrency_key is not None:
         limit = job.concurrency_limit or 1
         # Served by the django_jobs_key_running index.
@@ -182,7 +182,7 @@ def _limits(job: Job, now: dt.datetime, db: str) -> list[Blocker]:
         )
         if len(holders) >= limit:
             named = ", ".join(f"job {jid} (on {worker})" for jid, worker in holders[:MAX_NAMED])
-            blockers.append(
+            found.append(
                 Blocker(
                     Reason.CONCURRENCY_KEY_HELD,
                     f"Its concurrency key {job.concurrency_key} is held by {named}: at most {limit} "
@@ -197,14 +197,14 @@ def _limits(job: Job, now: dt.datetime, db: str) -> list[Blocker]:
         if len(starts) >= limit_.count:
             opens = starts[-limit_.count] + dt.timedelta(seconds=limit_.seconds)
             if opens > now:
-                blockers.append(
+                found.append(
                     Blocker(
                         Reason.RATE_LIMITED,
                         f"Its type's rate limit ({limit_.count} starts per {limit_.seconds:g}s) is used "
                         f"up: room opens in {duration(opens - now)} (at {timestamp(opens)}).",
                     )
                 )
-    return blockers
+    return found
 
 
 def _claimable(job: Job, now: dt.datetime, db: str, evidence: list[tuple[str, str]]) -> Blocker:

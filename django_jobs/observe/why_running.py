@@ -33,9 +33,9 @@ def blockers(job: Job, now: dt.datetime, db: str, evidence: list[tuple[str, str]
         if job.started_at
         else "claimed ahead, waiting for a free slot"
     )
-    blockers: list[Blocker] = []
+    found: list[Blocker] = []
     if job.cancel_requested_at is not None:
-        blockers.append(
+        found.append(
             Blocker(
                 Reason.CANCEL_REQUESTED,
                 f"Cancellation was requested {duration(now - job.cancel_requested_at)} ago; it is still "
@@ -43,7 +43,7 @@ def blockers(job: Job, now: dt.datetime, db: str, evidence: list[tuple[str, str]
             )
         )
     if lease is not None and lease < now:
-        blockers.append(
+        found.append(
             Blocker(
                 Reason.RUNNING_LEASE_EXPIRED,
                 f"It is marked running on {where} ({state}), but its lease expired {duration(now - lease)} "
@@ -51,7 +51,7 @@ def blockers(job: Job, now: dt.datetime, db: str, evidence: list[tuple[str, str]
             )
         )
     elif worker is None or not worker.is_alive(now):
-        blockers.append(
+        found.append(
             Blocker(
                 Reason.RUNNING_WORKER_SILENT,
                 f"It is running on {where} ({started}), {state}; its lease runs until {timestamp(lease)}: "
@@ -59,10 +59,10 @@ def blockers(job: Job, now: dt.datetime, db: str, evidence: list[tuple[str, str]
             )
         )
     else:
-        blockers.append(
+        found.append(
             Blocker(
                 Reason.RUNNING,
                 f"It is running on {where}, {state}, {started}; its lease runs until {timestamp(lease)}.",
             )
         )
-    return blockers
+    return found
