@@ -4,7 +4,7 @@
 timeout, payload versions and their upcasters, lease and heartbeat, what happens to a lost
 execution and its external calls, concurrency and rate limits, schedule, sensitive keys) and the
 defaults that stand for what it leaves unsaid, read from ``DJANGO_JOBS`` when they are asked
-for. Part of the registry: it imports only pure rules and ``conf``.
+for. Part of the registry: it imports only pure rules, ``conf`` and ``handlers``.
 """
 
 from __future__ import annotations
