@@ -6,7 +6,8 @@
 
 ``@task`` functions (``django.tasks`` on Django ≥ 6.0, the ``django_tasks`` backport on 5.2)
 are then enqueued as job rows in the caller's transaction and run by ``manage.py runjobs`` with
-every guarantee of a ``@job``. ``OPTIONS`` give the policy of the backend's tasks:
+every guarantee of a ``@job``. ``OPTIONS`` give the policy of the backend's tasks (read and
+checked in ``tasks_framework.options``):
 
 ``MAX_ATTEMPTS`` (``DJANGO_JOBS["DEFAULT_MAX_ATTEMPTS"]``)
     Executions a task gets before it ends ``FAILED``; retryable errors (any exception but
@@ -31,19 +32,16 @@ from django.core.exceptions import ImproperlyConfigured
 from django.utils.module_loading import import_string
 
 from django_jobs.backoff import Backoff
-from django_jobs.conf import DEFAULTS
 from django_jobs.enqueueing import enqueue
 from django_jobs.errors import EnqueueError
 from django_jobs.jsonvalues import plain_json_problem
-from django_jobs.names import QUEUE_RE
-from django_jobs.setting import user_settings
 from django_jobs.tasks_framework import api as taskapi
 from django_jobs.tasks_framework import run as taskrun
 from django_jobs.tasks_framework.api import ArgumentsNotJSON, InvalidTask, TaskResultDoesNotExist
+from django_jobs.tasks_framework.options import OPTIONS_HINT, read_options
 
 #: Every family's InvalidTask: the base class raises its own family's.
 _INVALID_TASK: tuple[type[Exception], ...] = tuple(f.InvalidTask for f in taskapi.FAMILIES)
-_OPTIONS = ("MAX_ATTEMPTS", "BACKOFF_BASE", "BACKOFF_CAP", "BACKOFF_JITTER", "TIMEOUT")
 
 
 class JobsBackend(taskapi.PRIMARY.BaseTaskBackend):  # type: ignore[name-defined,misc]
@@ -57,47 +55,13 @@ class JobsBackend(taskapi.PRIMARY.BaseTaskBackend):  # type: ignore[name-defined
 
     def __init__(self, alias: str, params: dict[str, Any]) -> None:
         super().__init__(alias, params)
-        # A bad entry must not raise here: the framework builds its backends while the
-        # project's tasks.py modules are imported, and a traceback there would hide every
-        # other check message. What is wrong is kept, reported by check() and raised by enqueue().
-        self.problems: list[str] = []
-        for queue in self.queues:
-            if not isinstance(queue, str) or not QUEUE_RE.match(queue):
-                self.problems.append(f"TASKS[{alias!r}]: invalid queue name {queue!r}")
-        unknown = sorted(set(self.options) - set(_OPTIONS))
-        if unknown:
-            self.problems.append(
-                f"TASKS[{alias!r}]['OPTIONS']: unknown option(s) {', '.join(unknown)}; "
-                f"known: {', '.join(_OPTIONS)}"
-            )
-        self.max_attempts: int = self._option("MAX_ATTEMPTS", int, minimum=1, maximum=1000)
-        self.backoff = self._retry_policy()
-        timeout = self.options.get("TIMEOUT")
-        self.timeout: float | None = (
-            None if timeout is None else self._option("TIMEOUT", float, minimum=0.001)
-        )
-
-    def _option(self, name: str, kind: type, minimum: float, maximum: float = math.inf) -> Any:
-        """``OPTIONS[name]`` when it is sound, else the ``DJANGO_JOBS`` value it defaults to
-        (a problem is recorded only for the option: ``check_settings`` reports the setting)."""
-        if name not in self.options:
-            return _setting_default(name, kind, minimum, maximum)
-        value = self.options[name]
-        problem = _number_problem(value, kind, minimum, maximum)
-        if problem is None:
-            return kind(value)
-        self.problems.append(f"TASKS[{self.alias!r}]['OPTIONS'][{name!r}] {problem}")
-        return _setting_default(name, kind, minimum, maximum)
-
-    def _retry_policy(self) -> Backoff:
-        base = self._option("BACKOFF_BASE", float, minimum=0)
-        cap = self._option("BACKOFF_CAP", float, minimum=0)
-        jitter = self._option("BACKOFF_JITTER", float, minimum=0, maximum=1)
-        try:
-            return Backoff(base=base, cap=cap, jitter=jitter)
-        except ValueError as exc:  # each part is sound alone, not together (a cap below the base)
-            self.problems.append(f"TASKS[{self.alias!r}]['OPTIONS'] (or DJANGO_JOBS['BACKOFF_*']): {exc}")
-            return Backoff()
+        # A bad entry must not raise here (see tasks_framework.options): what is wrong is kept,
+        # reported by check() and raised by enqueue().
+        policy = read_options(alias, self.queues, self.options)
+        self.problems: list[str] = policy.problems
+        self.max_attempts: int = policy.max_attempts
+        self.backoff: Backoff = policy.backoff
+        self.timeout: float | None = policy.timeout
 
     def _refuse_if_misconfigured(self) -> None:
         if self.problems:
@@ -218,40 +182,6 @@ class JobsBackend(taskapi.PRIMARY.BaseTaskBackend):  # type: ignore[name-defined
             raise TaskResultDoesNotExist(f"job {job_id} is not a task of Django's Tasks framework")
         task = _as_enqueued(task, priority=job.priority, queue_name=job.queue, backend=self.alias)
         return taskrun.result_of(taskapi.family_of(task), task, job, self.alias)
-
-
-OPTIONS_HINT = "See docs/django-tasks.md for the backend's options."
-
-#: The DJANGO_JOBS setting each option defaults to.
-_SETTING_OF = {
-    "MAX_ATTEMPTS": "DEFAULT_MAX_ATTEMPTS",
-    "BACKOFF_BASE": "BACKOFF_BASE",
-    "BACKOFF_CAP": "BACKOFF_CAP",
-    "BACKOFF_JITTER": "BACKOFF_JITTER",
-}
-
-
-def _number_problem(value: Any, kind: type, minimum: float, maximum: float) -> str | None:
-    """Why ``value`` is not a ``kind`` in [minimum, maximum], or None when it is."""
-    number = isinstance(value, int | float) and not isinstance(value, bool)
-    if not number or (kind is int and int(value) != value):
-        return f"must be a {kind.__name__}, not {value!r}"
-    if not (math.isfinite(value) and minimum <= value <= maximum):
-        return f"must be between {minimum} and {maximum}, not {value!r}"
-    return None
-
-
-def _setting_default(option: str, kind: type, minimum: float, maximum: float) -> Any:
-    """The ``DJANGO_JOBS`` value an option defaults to (None for ``TIMEOUT``); the built-in
-    default while that setting is invalid (``manage.py check`` reports it as a ``DJANGO_JOBS``
-    error)."""
-    setting = _SETTING_OF.get(option)
-    if setting is None:
-        return None
-    value = user_settings().get(setting, DEFAULTS[setting])
-    if _number_problem(value, kind, minimum, maximum) is not None:
-        value = DEFAULTS[setting]
-    return kind(value)
 
 
 class _WithoutDelay:
