@@ -76,9 +76,6 @@ PENDING_SPLIT = frozenset(
         "django_jobs.observe.diagnosis",  # the findings and their reads: reads to move to reads.py
         "django_jobs.observe.metrics",  # its reads to move to reads.py
         "django_jobs.registry",  # @job's policies, to be carved from the registry itself
-        "django_jobs.runtime.context",  # the context and its external-call and effect helpers
-        "django_jobs.runtime.executor",  # running one job: steps to be named apart
-        "django_jobs.runtime.process_pool",  # the child process's loop, apart from the pool
         "django_jobs.tasks_framework.backend",  # the backend apart from its result reads
     }
 )
