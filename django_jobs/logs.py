@@ -44,7 +44,7 @@ from django_jobs.conf import CREDENTIAL_SETTINGS, DEFAULTS
 from django_jobs.sanitize import REDACTED, is_secret_name, sanitize, storable_text
 
 if TYPE_CHECKING:
-    from django_jobs.runtime.context import Lease
+    from django_jobs.runtime.lease import Lease
 
 PACKAGE = "django_jobs"
 FORMAT = "%(asctime)s %(levelname)s %(name)s %(message)s"

@@ -5,36 +5,36 @@ exception, ``BaseException`` included (``SystemExit``, ``KeyboardInterrupt`` rai
 library, ``asyncio.CancelledError``), and even an error raised while describing the error. An
 ``async def`` handler (or one that returns an awaitable) is run to completion on an event loop.
 
+The steps, in order: the handler's connection is checked (``runtime/handler_connections.py``),
+the payload decoded and upcast (``runtime/payloads.py``), the ``JobContext`` built, an
+ambiguous previous attempt reconciled when the type can say what it did, the handler called,
+its end described as a :class:`Finished`, and the connections left as the next job expects.
+
 The handler runs on the calling thread's own database connection, in autocommit mode: never
-inside a transaction opened for the claim, which committed before the job was handed over. The
-connection is kept from one job to the next (a refused connection at a crowded database must
-not be met once per job), and checked before each job: a connection the jobs database refuses
-is an outage, not the handler's failure.
+inside a transaction opened for the claim, which committed before the job was handed over.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
 import inspect
 import json
 import logging
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from django.db import DatabaseError, connections
-
 from django_jobs import logs
-from django_jobs.conf import jobs_settings
 from django_jobs.decision import Happened, happened_for
 from django_jobs.errors import AMBIGUOUS_CODES, DATABASE_UNAVAILABLE, ErrorCode, PermanentError
 from django_jobs.registry import JobType, Reconciliation, registry
 from django_jobs.results import encode_result
-from django_jobs.runtime.context import JobContext, Lease, LeaseLost, SideWriter
+from django_jobs.runtime import handler_connections, payloads
+from django_jobs.runtime.context import JobContext, LeaseLost
+from django_jobs.runtime.lease import Lease
+from django_jobs.runtime.side_writes import SideWriter
 from django_jobs.sanitize import describe
 from django_jobs.transitions import Claim
 
@@ -76,7 +76,7 @@ def execute(
     side effect (``AMBIGUOUS_CODES``) and the type can ``reconcile``, it is asked first.
     ``on_start`` is called just before the handler, once its connection is known to work.
     """
-    if not _jobs_connection_open():
+    if not handler_connections.jobs_connection_open():
         # Refused before the handler began (a crowded or restarting database): given back
         # uncounted; the code tells the worker to back off.
         return Finished(claim, Happened.NOT_STARTED, ErrorCode.DATABASE_UNAVAILABLE)
@@ -85,7 +85,7 @@ def execute(
             on_start(claim)
         return run(claim, lease, side_writer)
     finally:
-        _reset_connections()
+        handler_connections.reset_connections()
 
 
 def run(
@@ -125,7 +125,7 @@ def _run(claim: Claim, lease: Lease, side_writer: SideWriter | None, started: fl
     job_type = registry.get(claim.type)
     if job_type is None:  # the claim filters on known types; a test may unregister one
         raise PermanentError(f"no handler for job type {claim.type!r}", code=ErrorCode.PAYLOAD_INVALID)
-    payload = decode_payload(claim, job_type)
+    payload = payloads.decode_payload(claim, job_type)
     ctx = JobContext(
         job_id=claim.id,
         type=claim.type,
@@ -134,7 +134,7 @@ def _run(claim: Claim, lease: Lease, side_writer: SideWriter | None, started: fl
         max_attempts=claim.max_attempts,
         execution_id=claim.execution_id,
         unique_key=claim.unique_key,
-        checkpoint=_decode_json(claim.checkpoint),
+        checkpoint=payloads.decode_json(claim.checkpoint),
         lease=lease,
         side_writer=side_writer,
         external_calls=job_type.external_calls,
@@ -163,7 +163,7 @@ def _failure(claim: Claim, exc: BaseException, started: float, worker_id: str | 
     ran_for = time.perf_counter() - started
     if isinstance(exc, LeaseLost):
         return Finished(claim, None, ran_for=ran_for)
-    if _caused_by_unreachable_database(exc) and not _jobs_connection_sound():
+    if _caused_by_unreachable_database(exc) and not handler_connections.jobs_connection_sound():
         logger.warning(
             "connection to the jobs database lost during job id=%s type=%s: not counted as its failure",
             claim.id, claim.type, extra=logs.claim_fields(claim, worker_id),
@@ -231,121 +231,3 @@ def _reconcile(
             ran_for=ran_for,
         )
     return None
-
-
-def decode_payload(claim: Claim, job_type: JobType) -> dict[str, object]:
-    """Decode the stored payload and upcast it to the type's current version.
-
-    Raises ``PermanentError(PAYLOAD_INVALID)``: a payload that cannot be decoded fails alone.
-    """
-    try:
-        payload = _decode_json(claim.payload)
-    except ValueError as exc:
-        raise PermanentError(f"payload is not valid JSON: {exc}", code=ErrorCode.PAYLOAD_INVALID) from exc
-    if not isinstance(payload, dict):
-        raise PermanentError("payload is not a JSON object", code=ErrorCode.PAYLOAD_INVALID)
-    version = claim.version
-    while version < job_type.version:
-        upcast = job_type.upcasters.get(version)
-        if upcast is None:  # the claim leaves versions its upcasters do not reach
-            raise PermanentError(
-                f"no upcaster from payload version {version} of {claim.type!r}",
-                code=ErrorCode.PAYLOAD_INVALID,
-            )
-        try:
-            payload = upcast(payload)
-        except Exception as exc:
-            # The stored payload does not fit the contract of its version: no retry will help.
-            raise PermanentError(
-                f"upcasting payload version {version} of {claim.type!r} failed: {type(exc).__name__}: {exc}",
-                code=ErrorCode.PAYLOAD_INVALID,
-            ) from exc
-        version += 1
-        if not isinstance(payload, dict):
-            raise PermanentError(
-                f"upcaster from version {version - 1} returned no JSON object", code=ErrorCode.PAYLOAD_INVALID
-            )
-    return payload
-
-
-def _decode_json(value: object) -> object:
-    # Django's psycopg backend leaves jsonb as text for JSONField to decode; a raw cursor sees that.
-    return json.loads(value) if isinstance(value, str | bytes) else value
-
-
-#: Per executor thread: whether its connection to the jobs database was left open and sound
-#: by the last job (``_reset_connections`` says), so the next job need not look again.
-_thread = threading.local()
-
-
-def _jobs_connection_open() -> bool:
-    """Whether this thread has a connection to the jobs database, connecting if it has none.
-
-    No query: a connection the last job left sound is trusted (a broken one fails the handler's
-    first query, which the outage check then recognises), so a no-op job costs no round trip.
-    """
-    if getattr(_thread, "jobs_connection_ok", False):
-        return True
-    return _jobs_database_reachable()
-
-
-def _jobs_database_reachable() -> bool:
-    """Whether this thread's connection to the jobs database works (connecting if needed)."""
-    connection = connections[jobs_settings.DATABASE]
-    try:
-        if connection.connection is not None and connection.is_usable():
-            return True
-        connection.close()
-        connection.ensure_connection()
-        return True
-    except DatabaseError:
-        connection.close()
-        return False
-
-
-def _jobs_connection_sound() -> bool:
-    """Whether this thread's connection to the jobs database survived (it may have been cut,
-    or refused when the handler needed it); reconnects it for the next job if it can."""
-    connection = connections[jobs_settings.DATABASE]
-    try:
-        if connection.connection is not None and connection.is_usable():
-            return True
-    except DatabaseError:
-        pass
-    _jobs_database_reachable()
-    return False
-
-
-def _reset_connections() -> None:
-    """Leave this thread's connections as a new job expects them, keeping those that work.
-
-    Django's per-request ``close_old_connections()`` would close them after every job (the
-    default ``CONN_MAX_AGE`` is 0); a worker keeps them instead, and closes only a connection
-    that broke, was left in a transaction, or outlived a positive ``CONN_MAX_AGE``.
-    """
-    jobs_connection_ok = False
-    for connection in connections.all(initialized_only=True):
-        if connection.connection is not None and _keep(connection):
-            jobs_connection_ok = jobs_connection_ok or connection.alias == jobs_settings.DATABASE
-    _thread.jobs_connection_ok = jobs_connection_ok
-
-
-def _keep(connection: Any) -> bool:
-    """Close ``connection`` if it is spoilt; return whether it stays open."""
-    if connection.in_atomic_block or connection.get_autocommit() != connection.settings_dict["AUTOCOMMIT"]:
-        # A handler left a transaction open (an atomic block entered and never exited):
-        # closing the connection rolls it back; the next job gets a fresh wrapper.
-        with contextlib.suppress(Exception):
-            connection.connection.close()
-        del connections[connection.alias]
-        return False
-    if connection.errors_occurred:
-        if not connection.is_usable():
-            connection.close()
-            return False
-        connection.errors_occurred = False
-    max_age = connection.settings_dict.get("CONN_MAX_AGE") or 0
-    if max_age and connection.close_at is not None and time.monotonic() >= connection.close_at:
-        connection.close()
-        return False
-    return True

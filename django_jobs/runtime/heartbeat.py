@@ -29,7 +29,7 @@ from django_jobs import logs, transitions
 from django_jobs.conf import jobs_settings
 from django_jobs.errors import DATABASE_UNAVAILABLE
 from django_jobs.runtime import connectivity
-from django_jobs.runtime.context import Lease
+from django_jobs.runtime.lease import Lease
 
 logger = logging.getLogger("django_jobs.heartbeat")
 

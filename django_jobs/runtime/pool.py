@@ -32,8 +32,8 @@ from django.db import connections
 from django_jobs import logs
 from django_jobs.decision import Happened
 from django_jobs.registry import JobType
-from django_jobs.runtime.context import Lease
 from django_jobs.runtime.executor import Finished
+from django_jobs.runtime.lease import Lease
 from django_jobs.transitions import Claim
 
 logger = logging.getLogger("django_jobs.pool")

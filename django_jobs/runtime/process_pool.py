@@ -21,18 +21,16 @@ worker (``PR_SET_PDEATHSIG`` on Linux, a watch on the parent's pid elsewhere), s
 worker leaves no execution running behind its lease. At shutdown past the grace period, the
 children still running are killed, so their jobs are known to have stopped and are given back
 at once (``interrupted``), unlike threads, which are left to their leases.
+
+This module is the worker's side of each slot; what runs in the child is ``runtime/child.py``.
 """
 
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import logging
 import multiprocessing
 import os
-import resource
-import signal
-import sys
 import threading
 import time
 from collections.abc import Callable
@@ -44,7 +42,7 @@ from typing import Any
 from django_jobs import logs
 from django_jobs.decision import Happened
 from django_jobs.errors import ErrorCode
-from django_jobs.runtime.context import Lease
+from django_jobs.runtime.child import child_main, lease_terms
 from django_jobs.runtime.executor import Finished
 from django_jobs.runtime.pool import ExecutorPool, Held
 from django_jobs.transitions import Claim
@@ -127,7 +125,7 @@ class ProcessPool(ExecutorPool):
         if self._on_start is not None:
             self._on_start(claim)
         try:
-            child.conn.send((claim, _lease_terms(lease)))
+            child.conn.send((claim, lease_terms(lease)))
             while not child.conn.poll(0.02):
                 child.cancel.value = int(lease.cancel_requested)
                 child.lost.value = int(lease.lost)
@@ -244,89 +242,3 @@ class ProcessPool(ExecutorPool):
 
 def _unused(*args: Any) -> Finished:  # the slots of a process pool never execute in-process
     raise RuntimeError("a process pool runs jobs in its children")
-
-
-def _lease_terms(lease: Lease) -> dict[str, Any]:
-    return {
-        "job_id": lease.job_id,
-        "execution_id": lease.execution_id,
-        "duration": lease.duration,
-        "beats": lease.beats,
-        "timeout": lease.timeout,
-        "counted": lease.counted,
-        "claimed_db": lease.claimed_db,
-        "worker_id": lease.worker_id,
-        # The child's clock: the claim happened this long ago.
-        "claimed_ago": time.monotonic() - lease.claimed,
-    }
-
-
-# ---- the child's side ---------------------------------------------------------------------------
-
-
-def child_main(conn: Connection, cancel: Any, lost: Any, parent_pid: int) -> None:
-    """A child's life: set Django up, then run the jobs its slot sends until told to stop."""
-    _die_with_parent(parent_pid)
-    # The worker decides when its children stop; a Ctrl-C sent to the whole process group
-    # must not cut a handler short behind the worker's back.
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    import django
-
-    django.setup()
-    from django_jobs.runtime import connectivity
-    from django_jobs.runtime.executor import execute
-
-    connectivity.apply_connection_options()  # the worker's: a dead peer is noticed in seconds
-    from django_jobs.runtime.heartbeat import Heartbeat
-
-    # Side writes (heartbeat, progress, checkpoint) run on a thread with a connection of its
-    # own, never inside the handler's transaction, as in the worker.
-    side_writer = Heartbeat(lambda: [])
-    side_writer.start()
-    current: list[Lease] = []
-    threading.Thread(target=_mirror_flags, args=(current, cancel, lost), daemon=True).start()
-    conn.send("ready")
-    while True:
-        try:
-            message = conn.recv()
-        except (EOFError, OSError):
-            return
-        if message is None:
-            return
-        claim, terms = message
-        claimed_ago = terms.pop("claimed_ago")
-        lease = Lease(**terms, claimed=time.monotonic() - claimed_ago, claim=claim)
-        current[:] = [lease]
-        finished = execute(claim, lease, side_writer=side_writer)
-        current.clear()
-        peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-        conn.send((finished, peak_mb))
-
-
-def _mirror_flags(current: list[Lease], cancel: Any, lost: Any) -> None:
-    """Copy what the worker's heartbeat learnt (cancel requested, lease lost) to the job's lease."""
-    while True:
-        time.sleep(0.02)
-        for lease in list(current):
-            if cancel.value:
-                lease.cancel_requested = True
-            if lost.value:
-                lease.lost = True
-
-
-def _die_with_parent(parent_pid: int) -> None:
-    """A child must never outlive its worker: its job's lease would lapse while it still runs."""
-    if sys.platform.startswith("linux"):
-        with contextlib.suppress(Exception):
-            libc = ctypes.CDLL("libc.so.6", use_errno=True)
-            libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    if os.getppid() != parent_pid:  # the parent died before prctl took effect
-        os._exit(1)
-
-    def watch() -> None:  # elsewhere (and as a second line): poll the parent's pid
-        while os.getppid() == parent_pid:
-            time.sleep(0.5)
-        os._exit(1)
-
-    threading.Thread(target=watch, daemon=True).start()

@@ -25,9 +25,9 @@ from django_jobs.conf import jobs_settings
 from django_jobs.decision import Happened
 from django_jobs.observe.liveness import Liveness
 from django_jobs.registry import JobType
-from django_jobs.runtime.context import Lease
 from django_jobs.runtime.executor import Finished
 from django_jobs.runtime.holdback import HoldBack
+from django_jobs.runtime.lease import Lease
 from django_jobs.runtime.outage import Outage
 from django_jobs.runtime.pool import ExecutorPool, Held, lease_for
 from django_jobs.runtime.stats import WorkerStats

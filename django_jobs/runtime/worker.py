@@ -58,10 +58,10 @@ from django_jobs.observe.metrics import recorder as metrics_recorder  # `metrics
 from django_jobs.observe.probes import HealthFile
 from django_jobs.registry import declared_schedules, registry
 from django_jobs.runtime import connectivity
-from django_jobs.runtime.context import Lease
 from django_jobs.runtime.executor import Finished, execute
 from django_jobs.runtime.heartbeat import Heartbeat
 from django_jobs.runtime.holdback import HoldBack
+from django_jobs.runtime.lease import Lease
 from django_jobs.runtime.outage import Outage
 from django_jobs.runtime.pool import ExecutorPool, Held, lease_for
 from django_jobs.runtime.presence import Presence, make_worker_id

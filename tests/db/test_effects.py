@@ -13,8 +13,8 @@ from django_jobs import ErrorCode, compare_and_set, enqueue, once
 from django_jobs.maintenance import reaper
 from django_jobs.models import Job, ProcessedEffect
 from django_jobs.runtime import outcomes
-from django_jobs.runtime.context import Lease
 from django_jobs.runtime.executor import execute
+from django_jobs.runtime.lease import Lease
 from django_jobs.states import JobStatus
 from django_jobs.transitions import ClaimStatement, claim
 from testproject.testjobs.models import EffectLog

@@ -18,7 +18,8 @@ from django_jobs import LeaseLost, enqueue, transitions
 from django_jobs.maintenance import reaper
 from django_jobs.maintenance.reaper import decide_recovery
 from django_jobs.models import ExternalCall, Job, JobEvent
-from django_jobs.runtime.context import JobContext, Lease
+from django_jobs.runtime.context import JobContext
+from django_jobs.runtime.lease import Lease
 from django_jobs.states import EventKind, JobStatus
 from django_jobs.testing import run_jobs, run_until_settled
 from testproject.testjobs.models import BusinessRow

@@ -11,7 +11,7 @@ from django.db import transaction
 from django_jobs import JobContext, enqueue, job
 from django_jobs.models import Job
 from django_jobs.registry import registry
-from django_jobs.runtime.context import Lease
+from django_jobs.runtime.lease import Lease
 from django_jobs.states import JobStatus
 from django_jobs.testing import run_until_settled
 from testproject.shop.models import Charge, Order, Receipt

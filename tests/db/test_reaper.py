@@ -18,7 +18,8 @@ from django.utils import timezone
 from django_jobs import transitions
 from django_jobs.maintenance import pruner, reaper
 from django_jobs.models import Job, JobEvent
-from django_jobs.runtime.context import JobContext, Lease, LeaseLost
+from django_jobs.runtime.context import JobContext, LeaseLost
+from django_jobs.runtime.lease import Lease
 from django_jobs.states import EventKind, JobStatus
 from django_jobs.transitions import Outcome
 from tests.factories import JobFactory

@@ -101,7 +101,7 @@ def test_invalid_type_names_are_refused(name: str) -> None:
 def test_idempotency_key_is_stable_across_attempts() -> None:
     import uuid
 
-    from django_jobs.runtime.context import Lease
+    from django_jobs.runtime.lease import Lease
 
     def lease() -> Lease:
         return Lease(42, uuid.uuid4(), 60.0)

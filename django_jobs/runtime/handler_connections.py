@@ -1,0 +1,95 @@
+"""The connections a handler runs on: checked before each job, left as the next job expects.
+
+The handler runs on the calling thread's own database connections, in autocommit mode. They
+are kept from one job to the next (a refused connection at a crowded database must not be met
+once per job), and the one to the jobs database is checked before each job: a connection the
+jobs database refuses is an outage, not the handler's failure.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from typing import Any
+
+from django.db import DatabaseError, connections
+
+from django_jobs.conf import jobs_settings
+
+#: Per executor thread: whether its connection to the jobs database was left open and sound
+#: by the last job (``reset_connections`` says), so the next job need not look again.
+_thread = threading.local()
+
+
+def jobs_connection_open() -> bool:
+    """Whether this thread has a connection to the jobs database, connecting if it has none.
+
+    No query: a connection the last job left sound is trusted (a broken one fails the handler's
+    first query, which the outage check then recognises), so a no-op job costs no round trip.
+    """
+    if getattr(_thread, "jobs_connection_ok", False):
+        return True
+    return _jobs_database_reachable()
+
+
+def _jobs_database_reachable() -> bool:
+    """Whether this thread's connection to the jobs database works (connecting if needed)."""
+    connection = connections[jobs_settings.DATABASE]
+    try:
+        if connection.connection is not None and connection.is_usable():
+            return True
+        connection.close()
+        connection.ensure_connection()
+        return True
+    except DatabaseError:
+        connection.close()
+        return False
+
+
+def jobs_connection_sound() -> bool:
+    """Whether this thread's connection to the jobs database survived (it may have been cut,
+    or refused when the handler needed it); reconnects it for the next job if it can."""
+    connection = connections[jobs_settings.DATABASE]
+    try:
+        if connection.connection is not None and connection.is_usable():
+            return True
+    except DatabaseError:
+        pass
+    _jobs_database_reachable()
+    return False
+
+
+def reset_connections() -> None:
+    """Leave this thread's connections as a new job expects them, keeping those that work.
+
+    Django's per-request ``close_old_connections()`` would close them after every job (the
+    default ``CONN_MAX_AGE`` is 0); a worker keeps them instead, and closes only a connection
+    that broke, was left in a transaction, or outlived a positive ``CONN_MAX_AGE``.
+    """
+    jobs_connection_ok = False
+    for connection in connections.all(initialized_only=True):
+        if connection.connection is not None and _keep(connection):
+            jobs_connection_ok = jobs_connection_ok or connection.alias == jobs_settings.DATABASE
+    _thread.jobs_connection_ok = jobs_connection_ok
+
+
+def _keep(connection: Any) -> bool:
+    """Close ``connection`` if it is spoilt; return whether it stays open."""
+    if connection.in_atomic_block or connection.get_autocommit() != connection.settings_dict["AUTOCOMMIT"]:
+        # A handler left a transaction open (an atomic block entered and never exited):
+        # closing the connection rolls it back; the next job gets a fresh wrapper.
+        with contextlib.suppress(Exception):
+            connection.connection.close()
+        del connections[connection.alias]
+        return False
+    if connection.errors_occurred:
+        if not connection.is_usable():
+            connection.close()
+            return False
+        connection.errors_occurred = False
+    max_age = connection.settings_dict.get("CONN_MAX_AGE") or 0
+    if max_age and connection.close_at is not None and time.monotonic() >= connection.close_at:
+        connection.close()
+        return False
+    return True
