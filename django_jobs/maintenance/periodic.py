@@ -13,7 +13,7 @@ recorded as ``missed`` and nothing is enqueued. A schedule that never ticked sta
 first tick after the worker starts: declaring a schedule does not backfill the past.
 
 Options: ``SCHEDULES`` (none by default), read once when the loop starts
-(:func:`~django_jobs.schedules.declared_schedules`); each schedule's ``misfire_grace`` and
+(:func:`~django_jobs.registry.declared_schedules`); each schedule's ``misfire_grace`` and
 ``on_running``. ``DATABASE`` names the connection.
 
 Defaults: after a failed pass, or a tick that could not be enqueued, the loop asks again after
