@@ -139,7 +139,9 @@ def median(runs: list[dict[str, Any]], key: str) -> float | None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     add = parser.add_argument
     add("--due", type=int, default=10_000, help="due test.noop jobs drained (default 10,000)")
     add("--later", type=int, default=990_000, help="test.noop jobs due in an hour, higher priority")
@@ -183,7 +185,8 @@ def main() -> None:
             f" | {r['ratio']}x alone (goal >= {GOAL}x)"
         )
     if args.json:
-        print(json.dumps({**vars(args), "goal": GOAL, "argv": sys.argv, "scenarios": results}, sort_keys=True))
+        summary = {**vars(args), "goal": GOAL, "argv": sys.argv, "scenarios": results}
+        print(json.dumps(summary, sort_keys=True))
 
 
 if __name__ == "__main__":
