@@ -1,13 +1,14 @@
 """A steady queue while one transaction holds the xmin horizon back: do waits stay flat?
 
 ``.venv/bin/python bench/held_horizon.py [--rate 500] [--workers 2] [--warmup 30] [--hold 90]
-[--json]``
+[--producers 2] [--json]``
 
 On the dedicated database ``django_jobs_bench`` (or ``$BENCH_DATABASE_NAME``; dropped, re-created
 and migrated like ``bench/drain.py``), ``--workers`` ``manage.py runjobs`` processes (the
-library's defaults, not ``--burst``) serve a producer that enqueues ``--rate`` no-op jobs a
-second, one ``enqueue("test.noop", {})`` each in its own autocommit transaction, on a monotonic
-schedule (a late job does not push the later ones back). After ``--warmup`` seconds another
+library's defaults, not ``--burst``) serve ``--producers`` processes that together enqueue
+``--rate`` no-op jobs a second, one ``enqueue("test.noop", {})`` each in its own autocommit
+transaction, on a monotonic schedule (a late job does not push the later ones back; one process
+alone does not reach 500 a second on two shared cores). After ``--warmup`` seconds another
 connection opens ``BEGIN ISOLATION LEVEL REPEATABLE READ`` and reads a small table of its own,
 and keeps that snapshot ``--hold`` seconds: no dead tuple of the job table can be removed while
 it lives. Then it commits, and the run goes on for a short unpinned tail.
@@ -232,6 +233,9 @@ def run(args: argparse.Namespace, url: str) -> dict[str, Any]:
         while conn.execute(_ACTIVE).fetchone()[0] and time.monotonic() < deadline:  # type: ignore[index]
             time.sleep(0.2)
         dead["after_tail"] = dead_tuples(conn)
+    except BaseException:
+        conn.close()
+        raise
     finally:
         sampler.stop()
         if pin is not None:
