@@ -21,6 +21,7 @@ Caveats:
 
 from __future__ import annotations
 
+import abc
 import logging
 import threading
 from typing import ClassVar, Generic, TypeVar
@@ -37,7 +38,7 @@ BATCH = 500
 Result = TypeVar("Result")
 
 
-class Service(threading.Thread, Generic[Result]):
+class Service(threading.Thread, Generic[Result], abc.ABC):
     """Runs :meth:`run_once` after each :meth:`next_wait` until ``stop`` is set."""
 
     logger: ClassVar[logging.Logger]
@@ -54,13 +55,13 @@ class Service(threading.Thread, Generic[Result]):
         #: Passes that succeeded.
         self.passes = 0
 
+    @abc.abstractmethod
     def run_once(self) -> Result:
         """One pass; says what it did. Raises what the pass raised."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def next_wait(self) -> float:
         """Seconds to wait before the next pass."""
-        raise NotImplementedError
 
     def run(self) -> None:
         connectivity.run_worker_statements()
