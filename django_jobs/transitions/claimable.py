@@ -28,6 +28,7 @@ from django_jobs.transitions.execution import (
     _KEY_ROOM_FILTER,
     _OLDEST_FILTER,
     _RATE_ROOM_FILTER,
+    _ROW_CONDITIONS,
 )
 
 #: The claim's order (``ORDER BY priority DESC, available_at, id``): best priority first, then
@@ -84,7 +85,9 @@ def claim_filter(inputs: ClaimInputs) -> tuple[str, dict[str, Any]]:
     names = sorted(inputs.versions)
     gaps = any(inputs.oldest.get(name, 1) > 1 for name in names)
     rates = {name: limit for name, limit in inputs.rate_limits.items() if name in inputs.versions}
-    filters = (_OLDEST_FILTER if gaps else "") + _KEY_ROOM_FILTER + (_RATE_ROOM_FILTER if rates else "")
+    room = _KEY_ROOM_FILTER + (_RATE_ROOM_FILTER if rates else "")
+    sql = _CLAIM_FILTER.replace("{oldest_filter}", _OLDEST_FILTER if gaps else "").replace("{room_filters}", room)
+    assert row_conditions(inputs) in sql
     params: dict[str, Any] = {
         "types": names,
         "versions": [inputs.versions[name] for name in names],
@@ -98,7 +101,15 @@ def claim_filter(inputs: ClaimInputs) -> tuple[str, dict[str, Any]]:
             rate_counts=[rates[name].count for name in rated],
             rate_seconds=[rates[name].seconds for name in rated],
         )
-    return _CLAIM_FILTER.replace("{oldest_filter}", filters), params
+    return sql, params
+
+
+def row_conditions(inputs: ClaimInputs) -> str:
+    """The conditions on a row that may change while it is pending (due, room under its key
+    and rate window, queue not paused), as the claim checks them when it scans a row and again
+    when it locks it, and as ``claim_filter`` ends."""
+    rates = any(name in inputs.versions for name in inputs.rate_limits)
+    return _ROW_CONDITIONS.replace("{room_filters}", _KEY_ROOM_FILTER + (_RATE_ROOM_FILTER if rates else ""))
 
 
 def positional(sql: str, params: dict[str, Any]) -> tuple[str, list[Any]]:
