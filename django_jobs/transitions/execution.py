@@ -232,24 +232,20 @@ _ENSURE_RATE_WINDOWS = (
 #
 # What an idle worker reads instead of trusting notifications alone (see listener.py): in how
 # many seconds the next job it could claim is due (NULL: none pending), and which queues are
-# paused. Two places hold its next job:
-# - the claim index, per kind (and per queue): a row that passes the claim's conditions is due
-#   now (0); else the earliest that passes them but for being due, which is rare (a ready row
-#   is due when written): a job left out because its key or rate window is full, of a paused
-#   queue or of a version it cannot read, is not waited for: the claim would pass it over too
-#   (a key or a window that frees up notifies);
-# - django_jobs_later, per kind (and per queue): the first job scheduled for later. When it is
-#   due, the next claim promotes it (see _PROMOTE).
+# paused. Two places hold its next job, read per kind (and per queue):
+# - the claim index: due now (0) if a row passes the claim's conditions. A ready row is due (the
+#   trigger marks ready only a job due at its write), so there is nothing to wait for there: a
+#   job left out because its key or rate window is full, or of a paused queue, is not waited
+#   for, the claim would pass it over too (a key or a window that frees up notifies);
+# - django_jobs_later: the first job scheduled for later, of a queue that is not paused. When it
+#   is due, the next claim promotes it (see _PROMOTE).
+# Kinds the worker does not run, and versions it cannot read, are not read at all.
 _OUTLOOK = """
 SELECT least(
     (SELECT min(CASE WHEN EXISTS (
                     SELECT 1 FROM django_jobs_job
                     WHERE {queue}type = k.type AND version = k.version AND status = 'pending' AND ready
-                      AND {row_conditions})
-                THEN 0.0::float8
-                ELSE (SELECT extract(epoch FROM min(available_at) - now())::float8 FROM django_jobs_job
-                      WHERE {queue}type = k.type AND version = k.version AND status = 'pending' AND ready
-                        {waiting_conditions}) END)
+                      AND {row_conditions}) THEN 0.0::float8 END)
      FROM ({kinds}) k{of_queues}),
     (SELECT extract(epoch FROM min((SELECT available_at FROM django_jobs_job
                  WHERE {queue}type = k.type AND version = k.version AND status = 'pending' AND NOT ready
@@ -317,7 +313,6 @@ class ClaimStatement:
             .replace("{of_queues}", _OF_QUEUES if queues else "")
             .replace("{queue}", "queue = q.name AND " if queues else "")
             .replace("{row_conditions}", _ROW_CONDITIONS.replace("{room_filters}", room))
-            .replace("{waiting_conditions}", room + _NOT_PAUSED)
             .replace("{not_paused}", _NOT_PAUSED)
         )
         # Per-type values travel as arrays aligned with `types`: the statement's text stays the
