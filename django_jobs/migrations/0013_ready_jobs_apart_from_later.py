@@ -5,9 +5,10 @@ version), so a worker never walks rows of types it does not run or versions it c
 Safe on a live system, and in this order:
 
 1. ``ready`` is added with a constant default: a change of the catalog only, no table rewrite.
-2. A trigger keeps it, for every writer (enqueue, retries, the reaper, operators, raw SQL): a
-   row that becomes pending, or whose due time changes while pending, is ready when it is due
-   at the write, not ready when it is scheduled for later.
+2. A trigger sets it on every new job (enqueue, ``enqueue_many``, a schedule's tick, raw SQL):
+   ready when due at its insert, not ready when scheduled for later. The statements that send a
+   job back to pending (a retry, the reaper, an operator's retry) set it themselves: a trigger
+   on UPDATE would lock every claimed and finished row once more before updating it.
 3. The pending jobs already scheduled for later are marked not ready in batches of 5,000, each
    its own short transaction, newest first through the (status, -id) index.
 4. The new claim indexes are built ``CONCURRENTLY``: writes go on while they are built.
@@ -23,12 +24,12 @@ from django.db import migrations, models
 KEEP_READY = """
 CREATE FUNCTION django_jobs_keep_ready() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
-    NEW.ready := NEW.available_at <= now();
+    NEW.ready := false;
     RETURN NEW;
 END
 $$;
-CREATE TRIGGER django_jobs_keep_ready BEFORE INSERT OR UPDATE OF status, available_at ON django_jobs_job
-FOR EACH ROW WHEN (NEW.status = 'pending' AND NEW.ready IS DISTINCT FROM (NEW.available_at <= now()))
+CREATE TRIGGER django_jobs_keep_ready BEFORE INSERT ON django_jobs_job
+FOR EACH ROW WHEN (NEW.status = 'pending' AND NEW.available_at > now())
 EXECUTE FUNCTION django_jobs_keep_ready();
 """
 DROP_KEEP_READY = """

@@ -90,11 +90,12 @@ class Job(models.Model):
     status = models.CharField(max_length=20, choices=JobStatus.choices, default=JobStatus.PENDING)
     priority = models.SmallIntegerField(default=0, help_text="Higher runs first (-100 … 100).")
     available_at = models.DateTimeField(db_default=Now(), help_text="Not claimed before this.")
-    #: Whether the job was due when it became pending. A trigger keeps it (migration 0013): a
-    #: job scheduled for later is written not ready, and stays out of the claim indexes until a
-    #: claim promotes it once it is due (``transitions.execution``). It is never a condition of
-    #: correctness, only of what the claims read: a ready job is still not claimed before its
-    #: ``available_at``.
+    #: Whether the job was due when it became pending: a job scheduled for later is written not
+    #: ready (by a trigger on insert, migration 0013, and by the transitions that send a job
+    #: back to pending), and stays out of the claim indexes until a claim promotes it once it
+    #: is due (``transitions.execution``). It decides what the claims read, never what they
+    #: may take: a ready job is still not claimed before its ``available_at``, and a due one
+    #: not ready is promoted by the next claim of its kind.
     ready = models.BooleanField(db_default=True, editable=False)
     attempts = models.PositiveIntegerField(default=0, help_text="Executions started so far.")
     max_attempts = models.PositiveIntegerField(default=5)

@@ -233,10 +233,11 @@ _ENSURE_RATE_WINDOWS = (
 # What an idle worker reads instead of trusting notifications alone (see listener.py): in how
 # many seconds the next job it could claim is due (NULL: none pending), and which queues are
 # paused. Two places hold its next job, read per kind (and per queue):
-# - the claim index: due now (0) if a row passes the claim's conditions. A ready row is due (the
-#   trigger marks ready only a job due at its write), so there is nothing to wait for there: a
-#   job left out because its key or rate window is full, or of a paused queue, is not waited
-#   for, the claim would pass it over too (a key or a window that frees up notifies);
+# - the claim index: due now (0) if a row passes the claim's conditions. A ready job was due at
+#   its write, so there is nothing to wait for there (a job whose due time an UPDATE of your own
+#   moved later while it was ready is found due by a periodic check); a job left out because
+#   its key or rate window is full, or of a paused queue, is not waited for: the claim would
+#   pass it over too (a key or a window that frees up notifies);
 # - django_jobs_later: the first job scheduled for later, of a queue that is not paused. When it
 #   is due, the next claim promotes it (see _PROMOTE).
 # Kinds the worker does not run, and versions it cannot read, are not read at all.
