@@ -1,11 +1,13 @@
 """The claim's rule as a read: which pending jobs a process could claim now, in the claim's order.
 
-``Job.objects.claimable()`` filters with the claim's own WHERE clause: the text of the claim's
-filter (``_CLAIM_FILTER`` and the version, key and rate filters it is completed with, composed
-as :class:`~django_jobs.transitions.ClaimStatement` composes them) and the same per-type arrays.
-So the console, users' tests and a diagnosis read the rule workers claim by, and a change to the
-claim's filter changes this read with it (a test holds the two texts together, and another
-compares what each finds on a mixed table).
+``Job.objects.claimable()`` filters with the claim's own rule: the conditions a pending row must
+meet (due, room under its key and rate window, queue not paused: ``_ROW_CONDITIONS``, word for
+word as the claim checks them) and the kinds the claim scans one by one (a known type and a
+payload version it reads), as one filter over the same per-type arrays. So the console, users'
+tests and a diagnosis read the rule workers claim by, and a change to the claim's conditions
+changes this read with it (a test holds the two texts together, and another compares what each
+finds on a mixed table). A job scheduled for later that is due but not promoted yet is
+claimable: the next claim of its kind promotes it and takes it.
 
 The job types come from the caller (the registered ones, ``registry.among(types)``): this layer
 does not read the registry, so what a process may claim is always its caller's argument.

@@ -240,13 +240,14 @@ _ENSURE_RATE_WINDOWS = (
 #   pass it over too (a key or a window that frees up notifies);
 # - django_jobs_later: the first job scheduled for later, of a queue that is not paused. When it
 #   is due, the next claim promotes it (see _PROMOTE).
-# Kinds the worker does not run, and versions it cannot read, are not read at all.
+# Kinds the worker does not run, and versions it cannot read, are not read at all. Both reads
+# are in their index's order: for an EXISTS, PostgreSQL may prefer reading the table until it
+# finds a row, which for each kind with no pending job means the whole table.
 _OUTLOOK = """
 SELECT least(
-    (SELECT min(CASE WHEN EXISTS (
-                    SELECT 1 FROM django_jobs_job
-                    WHERE {queue}type = k.type AND version = k.version AND status = 'pending' AND ready
-                      AND {row_conditions}) THEN 0.0::float8 END)
+    (SELECT min((SELECT 0.0::float8 FROM django_jobs_job
+                 WHERE {queue}type = k.type AND version = k.version AND status = 'pending' AND ready
+                   AND {row_conditions} ORDER BY priority DESC, available_at, id LIMIT 1))
      FROM ({kinds}) k{of_queues}),
     (SELECT extract(epoch FROM min((SELECT available_at FROM django_jobs_job
                  WHERE {queue}type = k.type AND version = k.version AND status = 'pending' AND NOT ready
