@@ -88,7 +88,8 @@ def claim_filter(inputs: ClaimInputs) -> tuple[str, dict[str, Any]]:
     gaps = any(inputs.oldest.get(name, 1) > 1 for name in names)
     rates = {name: limit for name, limit in inputs.rate_limits.items() if name in inputs.versions}
     room = _KEY_ROOM_FILTER + (_RATE_ROOM_FILTER if rates else "")
-    sql = _CLAIM_FILTER.replace("{oldest_filter}", _OLDEST_FILTER if gaps else "").replace("{room_filters}", room)
+    sql = _CLAIM_FILTER.replace("{oldest_filter}", _OLDEST_FILTER if gaps else "")
+    sql = sql.replace("{room_filters}", room)
     assert row_conditions(inputs) in sql
     params: dict[str, Any] = {
         "types": names,

@@ -107,8 +107,8 @@ _CANDIDATE_COLUMNS = (
 # queueing behind it; a row changed since the scan is checked again on its latest version, so a
 # job claimed, finished or rescheduled meanwhile is left.
 _LOCK = (
-    f"SELECT {_CANDIDATE_COLUMNS} FROM django_jobs_job WHERE id = o.id AND status = 'pending' AND {_ROW_CONDITIONS}"
-    " FOR UPDATE SKIP LOCKED"
+    f"SELECT {_CANDIDATE_COLUMNS} FROM django_jobs_job"
+    f" WHERE id = o.id AND status = 'pending' AND {_ROW_CONDITIONS} FOR UPDATE SKIP LOCKED"
 )
 # Jobs scheduled for later enter the claim index once due: every claim first marks up to
 # PROMOTE_BATCH due ones of its kinds ready, through django_jobs_later (a probe per kind when
@@ -156,9 +156,8 @@ _CLAIM_TAIL = (
 )
 _CLAIM_ANY_QUEUE = (
     f"WITH {_PROMOTE}candidates AS (SELECT c.* FROM ({_MERGED}) o"
-    f" CROSS JOIN LATERAL ({_LOCK}) c LIMIT %(limit)s)".replace("{queue}", "").replace("{room}", "%(limit)s")
-    + _CLAIM_TAIL
-)
+    f" CROSS JOIN LATERAL ({_LOCK}) c LIMIT %(limit)s)"
+).replace("{queue}", "").replace("{room}", "%(limit)s") + _CLAIM_TAIL
 # With named queues, the kinds are scanned per queue, in the (queue, type, version, ...) index.
 # Each queue offers at most its `room` rows (its free slots, when the worker gives queues slots
 # of their own), and the queues take turns: the first row of each queue comes before the second
@@ -173,9 +172,8 @@ _CLAIM_NAMED_QUEUES = (
     " SELECT x.*, row_number() OVER () AS rank FROM ("
     f" SELECT l.* FROM ({_MERGED}) o CROSS JOIN LATERAL ({_LOCK}) l LIMIT q.room) x) c"
     f" WHERE q.name NOT IN ({_PAUSED_QUEUES})"
-    " ORDER BY c.rank, q.turn LIMIT %(limit)s)".replace("{queue}", "queue = q.name AND ").replace("{room}", "q.room")
-    + _CLAIM_TAIL
-)
+    " ORDER BY c.rank, q.turn LIMIT %(limit)s)"
+).replace("{queue}", "queue = q.name AND ").replace("{room}", "q.room") + _CLAIM_TAIL
 
 # ---- concurrency keys -----------------------------------------------------------------------
 #
@@ -379,7 +377,7 @@ def claim(
         if rooms is not None:
             taken = Counter(c.queue for c in claims)
             queues = statement.params(limit)["queues"]
-            rooms = [max(0, room - taken[queue]) for queue, room in zip(queues, rooms)]
+            rooms = [max(0, room - taken[queue]) for queue, room in zip(queues, rooms, strict=True)]
         left = None if start_now is None else max(0, start_now - len(claims))
         more, _ = _claim_once(statement, statement.params(limit - len(claims), left, rooms, turn))
         claims += more

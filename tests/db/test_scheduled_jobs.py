@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import time
+from typing import Any
 
 import pytest
 from django.db import connection
@@ -101,10 +102,10 @@ def claim_pages(statement: ClaimStatement, limit: int) -> int:
         root = cursor.fetchone()[0][0]["Plan"]
     found: dict[str, int] = {}
 
-    def walk(node: dict[str, object]) -> None:
+    def walk(node: dict[str, Any]) -> None:
         if node.get("Subplan Name") in ("CTE promoted", "CTE candidates"):
-            found[str(node["Subplan Name"])] = int(node["Shared Hit Blocks"]) + int(node["Shared Read Blocks"])  # type: ignore[call-overload]
-        for child in node.get("Plans", []):  # type: ignore[attr-defined]
+            found[node["Subplan Name"]] = node["Shared Hit Blocks"] + node["Shared Read Blocks"]
+        for child in node.get("Plans", []):
             walk(child)
 
     walk(root)
