@@ -108,9 +108,8 @@ def claim_filter(inputs: ClaimInputs) -> tuple[str, dict[str, Any]]:
 
 
 def row_conditions(inputs: ClaimInputs) -> str:
-    """The conditions on a row that may change while it is pending (due, room under its key
-    and rate window, queue not paused), as the claim checks them when it scans a row and again
-    when it locks it, and as ``claim_filter`` ends."""
+    """The conditions on a pending row (due, room under its key and rate window, queue not
+    paused), as the claim checks them when it scans a row, and as ``claim_filter`` ends."""
     rates = any(name in inputs.versions for name in inputs.rate_limits)
     return _ROW_CONDITIONS.replace("{room_filters}", _KEY_ROOM_FILTER + (_RATE_ROOM_FILTER if rates else ""))
 

@@ -67,9 +67,8 @@ _CLAIM_COLUMNS = (
 _PAUSED_QUEUES = "SELECT p.name FROM django_jobs_queue_state p WHERE p.paused_at IS NOT NULL"
 _NOT_PAUSED = f" AND queue NOT IN ({_PAUSED_QUEUES})"
 _DUE_NOW = "available_at <= now()"
-# What may change on a pending row between the claim's scan and its lock: whether it is due, and
-# whether its key, its rate window and its queue have room. The claim checks it when it scans a
-# row and again when it locks it (then on the row's latest version), and claimable() reads it.
+# The conditions on a pending row: due, room under its key and in its rate window, its queue not
+# paused. The claim checks them when it scans a row, and claimable() reads them.
 _ROW_CONDITIONS = _DUE_NOW + "{room_filters}" + _NOT_PAUSED
 # The kinds a worker claims, as one filter: of a known type and a payload version it can read
 # (claimable() reads the rule in this form). `version <= %(newest)s`, the newest version of any
@@ -104,11 +103,12 @@ _CANDIDATE_COLUMNS = (
 )
 # The lock, one merged row at a time: a nested loop under the LIMIT, so the claim locks the rows
 # it takes and no others. SKIP LOCKED passes over a row another claim is taking instead of
-# queueing behind it; a row changed since the scan is checked again on its latest version, so a
-# job claimed, finished or rescheduled meanwhile is left.
+# queueing behind it. A row changed since the scan is checked again on its latest version, so a
+# job claimed, finished or rescheduled meanwhile is left; keys and rate windows are decided
+# under their own locks after this (_ADMIT_KEYS, _ADMIT_RATES).
 _LOCK = (
     f"SELECT {_CANDIDATE_COLUMNS} FROM django_jobs_job"
-    f" WHERE id = o.id AND status = 'pending' AND {_ROW_CONDITIONS} FOR UPDATE SKIP LOCKED"
+    f" WHERE id = o.id AND status = 'pending' AND {_DUE_NOW} FOR UPDATE SKIP LOCKED"
 )
 # Jobs scheduled for later enter the claim index once due: every claim first marks up to
 # PROMOTE_BATCH due ones of its kinds ready, through django_jobs_later (a probe per kind when

@@ -133,4 +133,6 @@ def test_the_claim_reads_no_more_beside_rows_it_cannot_take() -> None:
     sql(_FILL, ["test.noop", 2, 0, -3600, 30000])  # due, of a version it cannot read
     sql("ANALYZE django_jobs_job")
     beside = claim_pages(NOOP, 10)
-    assert beside <= alone + 20, json.dumps({"alone": alone, "beside": beside})
+    # Walking the 90,000 rows (or only their index entries) would read over a thousand pages;
+    # what grows is the depth of the indexes the claim descends, a page or two per descent.
+    assert beside <= alone + 60, json.dumps({"alone": alone, "beside": beside})
