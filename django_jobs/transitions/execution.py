@@ -116,11 +116,13 @@ _LOCK = (
 # the claim reports how many it promoted (the row with a NULL id), and claim() claims again.
 # A kind no worker runs stays scheduled: nothing would claim it anyway.
 PROMOTE_BATCH = 500
+# `id = ANY(ARRAY(...))` looks the promoted rows up by primary key: with `id IN (...)`, the planner
+# may hash them and read the whole table to find them.
 _PROMOTE = (
-    f"promoted AS (UPDATE django_jobs_job SET ready = true WHERE id IN (SELECT d.id FROM ({_KINDS}) k"
+    f"promoted AS (UPDATE django_jobs_job SET ready = true WHERE id = ANY(ARRAY(SELECT d.id FROM ({_KINDS}) k"
     " CROSS JOIN LATERAL (SELECT id FROM django_jobs_job WHERE type = k.type AND version = k.version"
     f" AND status = 'pending' AND NOT ready AND {_DUE_NOW} ORDER BY available_at LIMIT {PROMOTE_BATCH}"
-    f" FOR UPDATE SKIP LOCKED) d LIMIT {PROMOTE_BATCH}) RETURNING 1), "
+    f" FOR UPDATE SKIP LOCKED) d LIMIT {PROMOTE_BATCH})) RETURNING 1), "
 )
 # The claim takes up to %(limit)s jobs in one statement that commits by itself, before any of
 # them runs. The version test keeps a worker from taking payloads it cannot read: newer than its
