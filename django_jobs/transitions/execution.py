@@ -85,30 +85,24 @@ _OLDEST_FILTER = " AND version >= (%(oldest)s::int[])[array_position(%(types)s::
 # The claim scans the claim index once per kind, so the rows of other types and other versions
 # are never read.
 _KINDS = "SELECT * FROM unnest(%(kind_types)s::text[], %(kind_versions)s::int[]) AS k(type, version)"
-# One kind's claimable rows in the claim's order, from its claim index (django_jobs_ready, or
-# django_jobs_ready_queue with `{queue}`): only rows that were due when written are in it, so
-# jobs scheduled for later are not walked either. No lock here: the first rows of every kind
-# are merged in the claim's order, and only those the claim reaches are locked (_LOCK).
-_SCAN = (
-    "SELECT id, priority, available_at FROM django_jobs_job"
-    " WHERE {queue}type = k.type AND version = k.version AND status = 'pending' AND ready"
-    f" AND {_ROW_CONDITIONS} ORDER BY priority DESC, available_at, id LIMIT {{room}}"
-)
-_MERGED = (
-    f"SELECT s.id FROM ({_KINDS}) k CROSS JOIN LATERAL ({_SCAN}) s"
-    " ORDER BY s.priority DESC, s.available_at, s.id"
-)
 _CANDIDATE_COLUMNS = (
     "id, priority, available_at, on_lost, last_error_code, type, queue, concurrency_key, concurrency_limit"
 )
-# The lock, one merged row at a time: a nested loop under the LIMIT, so the claim locks the rows
-# it takes and no others. SKIP LOCKED passes over a row another claim is taking instead of
-# queueing behind it. A row changed since the scan is checked again on its latest version, so a
-# job claimed, finished or rescheduled meanwhile is left; keys and rate windows are decided
-# under their own locks after this (_ADMIT_KEYS, _ADMIT_RATES).
-_LOCK = (
+# One kind's claimable rows in the claim's order, from its claim index (django_jobs_ready, or
+# django_jobs_ready_queue with `{queue}`): only rows that were due when written are in it, so
+# jobs scheduled for later are not walked either. SKIP LOCKED passes over a row another claim is
+# taking instead of queueing behind it, and goes on to the next, so concurrent workers take
+# different rows. The first rows of every kind are merged in the claim's order; those of a kind
+# that the LIMIT then cuts are unlocked when the statement commits (a worker whose kinds all
+# have backlogs locks up to its batch of each, for one statement).
+_SCAN = (
     f"SELECT {_CANDIDATE_COLUMNS} FROM django_jobs_job"
-    f" WHERE id = o.id AND status = 'pending' AND {_DUE_NOW} FOR UPDATE SKIP LOCKED"
+    " WHERE {queue}type = k.type AND version = k.version AND status = 'pending' AND ready"
+    f" AND {_ROW_CONDITIONS} ORDER BY priority DESC, available_at, id LIMIT {{room}} FOR UPDATE SKIP LOCKED"
+)
+_MERGED = (
+    f"SELECT s.* FROM ({_KINDS}) k CROSS JOIN LATERAL ({_SCAN}) s"
+    " ORDER BY s.priority DESC, s.available_at, s.id"
 )
 # Jobs scheduled for later enter the claim index once due: every claim first marks up to
 # PROMOTE_BATCH due ones of its kinds ready, through django_jobs_later (a probe per kind when
@@ -157,8 +151,7 @@ _CLAIM_TAIL = (
     " NULL, NULL, NULL, NULL, NULL, NULL, NULL, count(*) FROM promoted HAVING count(*) > 0"
 )
 _CLAIM_ANY_QUEUE = (
-    f"WITH {_PROMOTE}candidates AS (SELECT c.* FROM ({_MERGED}) o"
-    f" CROSS JOIN LATERAL ({_LOCK}) c LIMIT %(limit)s)"
+    f"WITH {_PROMOTE}candidates AS ({_MERGED} LIMIT %(limit)s)"
 ).replace("{queue}", "").replace("{room}", "%(limit)s") + _CLAIM_TAIL
 # With named queues, the kinds are scanned per queue, in the (queue, type, version, ...) index.
 # Each queue offers at most its `room` rows (its free slots, when the worker gives queues slots
@@ -171,8 +164,7 @@ _CLAIM_ANY_QUEUE = (
 _CLAIM_NAMED_QUEUES = (
     f"WITH {_PROMOTE}candidates AS (SELECT c.* FROM unnest(%(queues)s::text[], %(rooms)s::int[])"
     " WITH ORDINALITY AS q(name, room, turn) CROSS JOIN LATERAL ("
-    " SELECT x.*, row_number() OVER () AS rank FROM ("
-    f" SELECT l.* FROM ({_MERGED}) o CROSS JOIN LATERAL ({_LOCK}) l LIMIT q.room) x) c"
+    f" SELECT x.*, row_number() OVER () AS rank FROM ({_MERGED} LIMIT q.room) x) c"
     f" WHERE q.name NOT IN ({_PAUSED_QUEUES})"
     " ORDER BY c.rank, q.turn LIMIT %(limit)s)"
 ).replace("{queue}", "queue = q.name AND ").replace("{room}", "q.room") + _CLAIM_TAIL

@@ -53,7 +53,7 @@ def job_table_scans(sql: str, params: object) -> list[str]:
 
     The claim's bookkeeping of concurrency keys sorts and scans its own small CTEs and tables:
     those are not the job table's backlog. Nor is the claim's merge: the sort of the first rows
-    of each kind (a nested loop over the kinds' function scan, each side under its LIMIT).
+    of each kind (a nested loop over the kinds' function scan, each kind's scan under its LIMIT).
     """
     with connection.cursor() as cursor:
         cursor.execute("EXPLAIN (FORMAT JSON) " + sql, params)
@@ -72,7 +72,7 @@ def job_table_scans(sql: str, params: object) -> list[str]:
             and len(sides) == 2
             and sides[0]["Node Type"] == "Function Scan"
             and str(sides[0].get("Alias", "")).startswith("k")
-            and sides[1]["Node Type"] == "Limit"
+            and "Limit" in json.dumps(sides[1])
         )
 
     found: list[str] = []
