@@ -87,8 +87,8 @@ def apply_connection_options() -> None:
             own.setdefault(name, value)
 
 
-#: Set on a Django connection wrapper: whether its current connection got the timeout.
-_BOUNDED = "django_jobs_statement_timeout"
+#: Set on a Django connection wrapper: whether its current connection got the worker's settings.
+_OWN = "django_jobs_worker_statements"
 
 
 def run_worker_statements() -> None:
@@ -100,17 +100,22 @@ def run_worker_statements() -> None:
 @contextlib.contextmanager
 def worker_statements() -> Iterator[None]:
     """Mark this thread for a while (a worker run on a thread that is not its own: a test's,
-    an embedding program's). On the way out the thread is as it was: a connection it opened
-    meanwhile is closed, so that its next one has no timeout."""
+    an embedding program's, or ``runjobs``' main thread). A connection the thread has open
+    already (its start-up read the database) gets the worker's settings now. On the way out the
+    thread is as it was: a connection that got them is closed, so that its next one has none."""
     before = runs_worker_statements()
     _thread.worker_statements = True
+    if not before:
+        for connection in connections.all(initialized_only=True):
+            if connection.connection is not None and not connection.in_atomic_block:
+                _bound_worker_statements(None, connection)
     try:
         yield
     finally:
         _thread.worker_statements = before
         if not before:
             for connection in connections.all(initialized_only=True):
-                if getattr(connection, _BOUNDED, False) and not connection.in_atomic_block:
+                if getattr(connection, _OWN, False) and not connection.in_atomic_block:
                     connection.close()
 
 
@@ -129,7 +134,7 @@ def _bound_worker_statements(sender: Any, connection: Any, **kwargs: Any) -> Non
     timeout = jobs_settings.STATEMENT_TIMEOUT
     own = connection.vendor == "postgresql" and runs_worker_statements()
     bounded = timeout is not None and own
-    setattr(connection, _BOUNDED, bounded)
+    setattr(connection, _OWN, own)
     if not own:
         return
     # Raw, on the new connection: Django's cursor would log it with the queries of a request.
