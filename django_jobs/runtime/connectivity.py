@@ -133,12 +133,11 @@ def _bound_worker_statements(sender: Any, connection: Any, **kwargs: Any) -> Non
     """
     timeout = jobs_settings.STATEMENT_TIMEOUT
     own = connection.vendor == "postgresql" and runs_worker_statements()
-    bounded = timeout is not None and own
     setattr(connection, _OWN, own)
     if not own:
         return
     # Raw, on the new connection: Django's cursor would log it with the queries of a request.
-    if bounded:
+    if timeout is not None:
         connection.connection.execute(
             "SELECT set_config('jit', 'off', false), set_config('statement_timeout', %s, false)",
             [f"{max(1, round(1000 * timeout))}ms"],
