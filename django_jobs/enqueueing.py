@@ -243,6 +243,8 @@ def _job_maker(alias: str, options: Options) -> Callable[[Item, tuple[Any, ...]]
     def make(item: Item, returned: tuple[Any, ...]) -> Job:
         values = shared.copy()
         (values["id"], values["unique_key"], values["available_at"], values["created_at"]) = returned
+        # As the insert's trigger set it: created_at is the statement's now().
+        values["ready"] = values["available_at"] <= values["created_at"]
         values["payload"] = item.payload
         if item.concurrency_key is not None:
             values["concurrency_key"] = item.concurrency_key

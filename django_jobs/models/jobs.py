@@ -90,6 +90,13 @@ class Job(models.Model):
     status = models.CharField(max_length=20, choices=JobStatus.choices, default=JobStatus.PENDING)
     priority = models.SmallIntegerField(default=0, help_text="Higher runs first (-100 … 100).")
     available_at = models.DateTimeField(db_default=Now(), help_text="Not claimed before this.")
+    #: Whether the job was due when it became pending: a job scheduled for later is written not
+    #: ready (by a trigger on insert, migration 0013, and by the transitions that send a job
+    #: back to pending), and stays out of the claim indexes until a claim promotes it once it
+    #: is due (``transitions.execution``). It decides what the claims read, never what they
+    #: may take: a ready job is still not claimed before its ``available_at``, and a due one
+    #: not ready is promoted by the next claim of its kind.
+    ready = models.BooleanField(db_default=True, editable=False)
     attempts = models.PositiveIntegerField(default=0, help_text="Executions started so far.")
     max_attempts = models.PositiveIntegerField(default=5)
     unique_key = models.CharField(
@@ -157,27 +164,40 @@ class Job(models.Model):
             ("view_sensitive_payload", "Can see the sensitive fields of payloads unmasked"),
         )
         indexes = (
-            # The claim of a worker that serves named queues: one ordered index scan per queue,
-            # whatever the number of finished rows (they are not in the index). `version` comes
-            # last: it orders nothing, but the claim's `version <= newest` is checked on the
-            # index entry, so a backlog of payloads too new for a worker costs it no row reads.
+            # The claim of a worker that serves named queues: for each queue and each kind of job
+            # it runs (a type and a payload version it reads), one ordered scan that starts at the
+            # first claimable row. Only pending jobs that were due when written are in it: jobs
+            # scheduled for later, of types this worker does not run or of versions it cannot
+            # read are never walked, however many there are.
             models.Index(
                 "queue",
+                "type",
+                "version",
                 models.F("priority").desc(),
                 "available_at",
                 "id",
-                "version",
-                name="django_jobs_claim_queue",
-                condition=Q(status=JobStatus.PENDING),
+                name="django_jobs_ready_queue",
+                condition=Q(status=JobStatus.PENDING, ready=True),
             ),
-            # The claim of a worker that serves every queue.
+            # The claim of a worker that serves every queue: one ordered scan per kind.
             models.Index(
+                "type",
+                "version",
                 models.F("priority").desc(),
                 "available_at",
                 "id",
+                name="django_jobs_ready",
+                condition=Q(status=JobStatus.PENDING, ready=True),
+            ),
+            # Jobs scheduled for later, by kind and due time: each claim promotes the due ones of
+            # its kinds from here (a probe per kind when none is due), and an idle worker reads
+            # when its next one is due.
+            models.Index(
+                "type",
                 "version",
-                name="django_jobs_claim_any",
-                condition=Q(status=JobStatus.PENDING),
+                "available_at",
+                name="django_jobs_later",
+                condition=Q(status=JobStatus.PENDING, ready=False),
             ),
             # The reaper's search for expired leases, and the list of what is running.
             models.Index(

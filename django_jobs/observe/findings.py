@@ -5,8 +5,8 @@ Three questions, each a few index probes whatever the size of the job table:
 
 - the oldest due job of each queue (``CHECK_OLDEST_DUE_WARNING`` / ``_CRITICAL``): one loose
   index scan lists the queues (``Job.objects.distinct_values``), then, per queue, a probe per
-  distinct priority in the claim index (``django_jobs_claim_queue``: queue, priority,
-  available_at) finds its oldest pending job;
+  distinct (type, version, priority) of its ready jobs in ``django_jobs_ready_queue`` and one
+  per kind of the jobs not promoted yet in ``django_jobs_later`` find its oldest due job;
 - a queue with due jobs that no live worker serves (critical): the live-worker rows;
 - running jobs whose lease expired and that no reaper took back: a warning, critical once the
   oldest expired more than ``CHECK_STALE_REAPER_INTERVALS`` × ``REAPER_INTERVAL`` ago (no

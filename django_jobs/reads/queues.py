@@ -34,7 +34,7 @@ class QueueRow:
 
 
 #: Pending, due and the oldest due job's age, per queue: pending rows only, through
-#: django_jobs_claim_queue or the (status, -id) entries of django_jobs_status.
+#: the (status, -id) entries of django_jobs_status.
 PENDING = """
 SELECT queue, count(*), count(*) FILTER (WHERE available_at <= now()),
        EXTRACT(EPOCH FROM now() - min(available_at) FILTER (WHERE available_at <= now()))

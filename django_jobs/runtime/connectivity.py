@@ -87,8 +87,8 @@ def apply_connection_options() -> None:
             own.setdefault(name, value)
 
 
-#: Set on a Django connection wrapper: whether its current connection got the timeout.
-_BOUNDED = "django_jobs_statement_timeout"
+#: Set on a Django connection wrapper: whether its current connection got the worker's settings.
+_OWN = "django_jobs_worker_statements"
 
 
 def run_worker_statements() -> None:
@@ -100,17 +100,22 @@ def run_worker_statements() -> None:
 @contextlib.contextmanager
 def worker_statements() -> Iterator[None]:
     """Mark this thread for a while (a worker run on a thread that is not its own: a test's,
-    an embedding program's). On the way out the thread is as it was: a connection it opened
-    meanwhile is closed, so that its next one has no timeout."""
+    an embedding program's, or ``runjobs``' main thread). A connection the thread has open
+    already (its start-up read the database) gets the worker's settings now. On the way out the
+    thread is as it was: a connection that got them is closed, so that its next one has none."""
     before = runs_worker_statements()
     _thread.worker_statements = True
+    if not before:
+        for connection in connections.all(initialized_only=True):
+            if connection.connection is not None and not connection.in_atomic_block:
+                _bound_worker_statements(None, connection)
     try:
         yield
     finally:
         _thread.worker_statements = before
         if not before:
             for connection in connections.all(initialized_only=True):
-                if getattr(connection, _BOUNDED, False) and not connection.in_atomic_block:
+                if getattr(connection, _OWN, False) and not connection.in_atomic_block:
                     connection.close()
 
 
@@ -119,16 +124,26 @@ def runs_worker_statements() -> bool:
 
 
 def _bound_worker_statements(sender: Any, connection: Any, **kwargs: Any) -> None:
-    """``connection_created``: a connection opened by a worker's own thread gets the timeout."""
+    """``connection_created``: a connection opened by a worker's own thread gets the timeout,
+    and no JIT compilation.
+
+    The worker's statements are short, and each plans in a millisecond or two; on a table of
+    millions PostgreSQL estimates a claim costly enough to compile it (``jit_above_cost``),
+    which takes a hundred milliseconds a claim and saves nothing.
+    """
     timeout = jobs_settings.STATEMENT_TIMEOUT
-    bounded = timeout is not None and connection.vendor == "postgresql" and runs_worker_statements()
-    setattr(connection, _BOUNDED, bounded)
-    if timeout is None or not bounded:
+    own = connection.vendor == "postgresql" and runs_worker_statements()
+    setattr(connection, _OWN, own)
+    if not own:
         return
     # Raw, on the new connection: Django's cursor would log it with the queries of a request.
-    connection.connection.execute(
-        "SELECT set_config('statement_timeout', %s, false)", [f"{max(1, round(1000 * timeout))}ms"]
-    )
+    if timeout is not None:
+        connection.connection.execute(
+            "SELECT set_config('jit', 'off', false), set_config('statement_timeout', %s, false)",
+            [f"{max(1, round(1000 * timeout))}ms"],
+        )
+    else:  # the server's or the role's statement_timeout stays
+        connection.connection.execute("SELECT set_config('jit', 'off', false)")
     if not connection.get_autocommit():
         connection.connection.commit()
 

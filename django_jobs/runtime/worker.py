@@ -303,6 +303,10 @@ class Worker:
                 producer.give_back_due()
                 # A turn that only looks at the signals (see below) claims nothing.
                 looked = woken or time.monotonic() >= claim_at
+                # Whether the claim may run at all: with jobs held, it declines for want of room,
+                # and what it then returns says nothing about what is pending, even if the held
+                # jobs finish before the counts below are taken.
+                emptied = looked and self._pool.counts()[:2] == (0, 0)
                 claimed = self._wakeup.claim_and_look(woken, producer.claim_if_room) if looked else 0
                 self._outage.answered()
             except DATABASE_UNAVAILABLE as exc:
@@ -317,7 +321,7 @@ class Worker:
                 continue
             # A batch being written counts: a retry it writes may be claimable at once.
             unwritten = writer.unwritten
-            settled = looked and not buffered and not running and claimed == 0 and not unwritten
+            settled = emptied and not buffered and not running and claimed == 0 and not unwritten
             # A claim held back for an unanswered heartbeat says nothing about what is pending.
             settled = settled and not self._hold_back.holding_back
             if settled and time.monotonic() >= producer.outage_until:

@@ -1,11 +1,13 @@
 """The claim's rule as a read: which pending jobs a process could claim now, in the claim's order.
 
-``Job.objects.claimable()`` filters with the claim's own WHERE clause: the text of the claim's
-filter (``_CLAIM_FILTER`` and the version, key and rate filters it is completed with, composed
-as :class:`~django_jobs.transitions.ClaimStatement` composes them) and the same per-type arrays.
-So the console, users' tests and a diagnosis read the rule workers claim by, and a change to the
-claim's filter changes this read with it (a test holds the two texts together, and another
-compares what each finds on a mixed table).
+``Job.objects.claimable()`` filters with the claim's own rule: the conditions a pending row must
+meet (due, room under its key and rate window, queue not paused: ``_ROW_CONDITIONS``, word for
+word as the claim checks them) and the kinds the claim scans one by one (a known type and a
+payload version it reads), as one filter over the same per-type arrays. So the console, users'
+tests and a diagnosis read the rule workers claim by, and a change to the claim's conditions
+changes this read with it (a test holds the two texts together, and another compares what each
+finds on a mixed table). A job scheduled for later that is due but not promoted yet is
+claimable: the next claim of its kind promotes it and takes it.
 
 The job types come from the caller (the registered ones, ``registry.among(types)``): this layer
 does not read the registry, so what a process may claim is always its caller's argument.
@@ -28,6 +30,7 @@ from django_jobs.transitions.execution import (
     _KEY_ROOM_FILTER,
     _OLDEST_FILTER,
     _RATE_ROOM_FILTER,
+    _ROW_CONDITIONS,
 )
 
 #: The claim's order (``ORDER BY priority DESC, available_at, id``): best priority first, then
@@ -84,7 +87,10 @@ def claim_filter(inputs: ClaimInputs) -> tuple[str, dict[str, Any]]:
     names = sorted(inputs.versions)
     gaps = any(inputs.oldest.get(name, 1) > 1 for name in names)
     rates = {name: limit for name, limit in inputs.rate_limits.items() if name in inputs.versions}
-    filters = (_OLDEST_FILTER if gaps else "") + _KEY_ROOM_FILTER + (_RATE_ROOM_FILTER if rates else "")
+    room = _KEY_ROOM_FILTER + (_RATE_ROOM_FILTER if rates else "")
+    sql = _CLAIM_FILTER.replace("{oldest_filter}", _OLDEST_FILTER if gaps else "")
+    sql = sql.replace("{room_filters}", room)
+    assert row_conditions(inputs) in sql
     params: dict[str, Any] = {
         "types": names,
         "versions": [inputs.versions[name] for name in names],
@@ -98,7 +104,14 @@ def claim_filter(inputs: ClaimInputs) -> tuple[str, dict[str, Any]]:
             rate_counts=[rates[name].count for name in rated],
             rate_seconds=[rates[name].seconds for name in rated],
         )
-    return _CLAIM_FILTER.replace("{oldest_filter}", filters), params
+    return sql, params
+
+
+def row_conditions(inputs: ClaimInputs) -> str:
+    """The conditions on a pending row (due, room under its key and rate window, queue not
+    paused), as the claim checks them when it scans a row, and as ``claim_filter`` ends."""
+    rates = any(name in inputs.versions for name in inputs.rate_limits)
+    return _ROW_CONDITIONS.replace("{room_filters}", _KEY_ROOM_FILTER + (_RATE_ROOM_FILTER if rates else ""))
 
 
 def positional(sql: str, params: dict[str, Any]) -> tuple[str, list[Any]]:

@@ -13,6 +13,7 @@ the same parts; they are read and changed together, so they stay in one file.
 from __future__ import annotations
 
 import uuid
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -65,23 +66,61 @@ _CLAIM_COLUMNS = (
 # claim index is scanned; the queue's name is NOT NULL, so NOT IN has no NULL trap.
 _PAUSED_QUEUES = "SELECT p.name FROM django_jobs_queue_state p WHERE p.paused_at IS NOT NULL"
 _NOT_PAUSED = f" AND queue NOT IN ({_PAUSED_QUEUES})"
-# `version <= %(newest)s` (the newest version of any type this worker knows) comes before the
-# per-type bound: it is a condition on a key of the claim indexes, so jobs of a payload version
-# newer than any this worker reads (a rolling deploy's backlog) are passed over in the index,
-# without reading their rows; the per-type test after it reads only the rows that pass.
-_DUE_NOW = " AND available_at <= now()"
+_DUE_NOW = "available_at <= now()"
+# The conditions on a pending row: due, room under its key and in its rate window, its queue not
+# paused. The claim checks them when it scans a row, and claimable() reads them.
+_ROW_CONDITIONS = _DUE_NOW + "{room_filters}" + _NOT_PAUSED
+# The kinds a worker claims, as one filter: of a known type and a payload version it can read
+# (claimable() reads the rule in this form). `version <= %(newest)s`, the newest version of any
+# type the worker knows, is a cheap first test; the per-type bound reads the row.
 _CLAIM_FILTER = (
-    f"status = 'pending'{_DUE_NOW} AND version <= %(newest)s AND type = ANY(%(types)s)"
+    "status = 'pending' AND version <= %(newest)s AND type = ANY(%(types)s)"
     " AND version <= (%(versions)s::int[])[array_position(%(types)s::text[], type::text)]{oldest_filter}"
-) + _NOT_PAUSED
-# Only when some type cannot read its oldest versions: an extra range test on version makes the
-# planner expect fewer rows, and it may then trade the ordered scan of the claim index for a
-# bitmap scan and a sort.
+    f" AND {_ROW_CONDITIONS}"
+)
 _OLDEST_FILTER = " AND version >= (%(oldest)s::int[])[array_position(%(types)s::text[], type::text)]"
+# The same kinds, one row each: every (type, version) the worker reads, from the oldest version
+# its upcasters reach to the newest it decodes (listed by ClaimStatement: generate_series() in
+# SQL would be planned as a thousand versions a type, and the claim as costly enough to compile).
+# The claim scans the claim index once per kind, so the rows of other types and other versions
+# are never read.
+_KINDS = "SELECT * FROM unnest(%(kind_types)s::text[], %(kind_versions)s::int[]) AS k(type, version)"
+_CANDIDATE_COLUMNS = (
+    "id, priority, available_at, on_lost, last_error_code, type, queue, concurrency_key, concurrency_limit"
+)
+# One kind's claimable rows in the claim's order, from its claim index (django_jobs_ready, or
+# django_jobs_ready_queue with `{queue}`): only rows that were due when written are in it, so
+# jobs scheduled for later are not walked either. SKIP LOCKED passes over a row another claim is
+# taking instead of queueing behind it, and goes on to the next, so concurrent workers take
+# different rows. The first rows of every kind are merged in the claim's order; those of a kind
+# that the LIMIT then cuts are unlocked when the statement commits (a worker whose kinds all
+# have backlogs locks up to its batch of each, for one statement).
+_SCAN = (
+    f"SELECT {_CANDIDATE_COLUMNS} FROM django_jobs_job"
+    " WHERE {queue}type = k.type AND version = k.version AND status = 'pending' AND ready"
+    f" AND {_ROW_CONDITIONS} ORDER BY priority DESC, available_at, id LIMIT {{room}} FOR UPDATE SKIP LOCKED"
+)
+_MERGED = (
+    f"SELECT s.* FROM ({_KINDS}) k CROSS JOIN LATERAL ({_SCAN}) s"
+    " ORDER BY s.priority DESC, s.available_at, s.id"
+)
+# Jobs scheduled for later enter the claim index once due: every claim first marks up to
+# PROMOTE_BATCH due ones of its kinds ready, through django_jobs_later (a probe per kind when
+# none is due). They are claimable from the next statement on (this one's snapshot is older):
+# the claim reports how many it promoted (the row with a NULL id), and claim() claims again.
+# A kind no worker runs stays scheduled: nothing would claim it anyway.
+PROMOTE_BATCH = 500
+# `id = ANY(ARRAY(...))` looks the promoted rows up by primary key: with `id IN (...)`, the planner
+# may hash them and read the whole table to find them.
+_PROMOTE = (
+    f"promoted AS (UPDATE django_jobs_job SET ready = true WHERE id = ANY(ARRAY(SELECT d.id FROM ({_KINDS}) k"
+    " CROSS JOIN LATERAL (SELECT id FROM django_jobs_job WHERE type = k.type AND version = k.version"
+    f" AND status = 'pending' AND NOT ready AND {_DUE_NOW} ORDER BY available_at LIMIT {PROMOTE_BATCH}"
+    f" FOR UPDATE SKIP LOCKED) d LIMIT {PROMOTE_BATCH})) RETURNING 1), "
+)
 # The claim takes up to %(limit)s jobs in one statement that commits by itself, before any of
-# them runs. SKIP LOCKED lets concurrent workers pass over rows another claim is taking instead
-# of queueing behind it. The version test keeps a worker from taking payloads it cannot read:
-# newer than its code (a rolling deploy), or older than its upcasters reach.
+# them runs. The version test keeps a worker from taking payloads it cannot read: newer than its
+# code (a rolling deploy), or older than its upcasters reach.
 #
 # The first %(start_now)s rows go to idle threads and start at once: their attempt is counted
 # here. The others are prefetched: counted when they start (the heartbeat or the outcome write
@@ -93,7 +132,7 @@ _OLDEST_FILTER = " AND version >= (%(oldest)s::int[])[array_position(%(types)s::
 # still uses up its attempts); a job of a rate-limited type is a third (see _ADMIT_RATES).
 # Between candidates and ranked, jobs whose concurrency key is at its limit are left out (see
 # _ADMIT_KEYS). Rows locked here but left out are unlocked at commit.
-# `row_number() OVER ()` numbers the candidates in the order the ordered scan produced them
+# `row_number() OVER ()` numbers the candidates in the order the merge produced them
 # (PostgreSQL's window aggregate keeps its input order), without sorting them again; the
 # filters between candidates and ranked keep that order too.
 _CLAIM_TAIL = (
@@ -101,39 +140,34 @@ _CLAIM_TAIL = (
     " row_number() OVER () <= %(start_now)s AS start,"
     " on_lost = 'retry' AND last_error_code IS DISTINCT FROM 'LOST_UNSTARTED' AS prefetchable"
     " FROM admitted),"
-    " chosen AS (SELECT * FROM ranked WHERE start OR prefetchable){admit_rates}"
-    " UPDATE django_jobs_job j SET status = 'running', attempts = j.attempts + next.start::int,"
+    " chosen AS (SELECT * FROM ranked WHERE start OR prefetchable){admit_rates},"
+    " claimed AS (UPDATE django_jobs_job j SET status = 'running', attempts = j.attempts + next.start::int,"
     " worker_id = %(worker)s, execution_id = gen_random_uuid(),"
     " started_at = CASE WHEN next.start THEN now() END, heartbeat_at = now(),"
     " lease_expires_at = now() + make_interval("
     "secs => (%(leases)s::float8[])[array_position(%(types)s::text[], j.type::text)])"
-    f" FROM next WHERE j.id = next.id RETURNING {_CLAIM_COLUMNS}, next.position"
-)
-_CANDIDATE_COLUMNS = (
-    "id, priority, available_at, on_lost, last_error_code, type, queue, concurrency_key, concurrency_limit"
+    f" FROM next WHERE j.id = next.id RETURNING {_CLAIM_COLUMNS}, next.position)"
+    " SELECT * FROM claimed UNION ALL SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,"
+    " NULL, NULL, NULL, NULL, NULL, NULL, NULL, count(*) FROM promoted HAVING count(*) > 0"
 )
 _CLAIM_ANY_QUEUE = (
-    f"WITH candidates AS (SELECT {_CANDIDATE_COLUMNS} FROM django_jobs_job WHERE {_CLAIM_FILTER}"
-    " ORDER BY priority DESC, available_at, id LIMIT %(limit)s FOR UPDATE SKIP LOCKED)" + _CLAIM_TAIL
-)
-# With named queues, one ordered scan of the (queue, priority, available_at, id) index per
-# queue: a `queue = ANY(...)` filter would make PostgreSQL sort every pending row of those
-# queues instead. Each queue offers at most its `room` rows (its free slots, when the worker
-# gives queues slots of their own), and the queues take turns: the first row of each queue
-# comes before the second of any, in the order of %(queues)s, which the worker rotates from one
-# claim to the next. So a backlog in one queue never holds back a job of another, and
-# priorities order jobs within a queue. Rows locked by a queue's subquery but cut by the outer
-# LIMIT are unlocked when this statement commits. A paused queue is left out before its scan: the
-# filter on its rows alone would read its whole backlog to find nothing.
+    f"WITH {_PROMOTE}candidates AS ({_MERGED} LIMIT %(limit)s)"
+).replace("{queue}", "").replace("{room}", "%(limit)s") + _CLAIM_TAIL
+# With named queues, the kinds are scanned per queue, in the (queue, type, version, ...) index.
+# Each queue offers at most its `room` rows (its free slots, when the worker gives queues slots
+# of their own), and the queues take turns: the first row of each queue comes before the second
+# of any, in the order of %(queues)s, which the worker rotates from one claim to the next. So a
+# backlog in one queue never holds back a job of another, and priorities order jobs within a
+# queue. Rows locked for a queue but cut by the outer LIMIT are unlocked when this statement
+# commits. A paused queue is left out before its scan: the filter on its rows alone would read
+# its whole backlog to find nothing.
 _CLAIM_NAMED_QUEUES = (
-    "WITH candidates AS (SELECT c.* FROM unnest(%(queues)s::text[], %(rooms)s::int[])"
+    f"WITH {_PROMOTE}candidates AS (SELECT c.* FROM unnest(%(queues)s::text[], %(rooms)s::int[])"
     " WITH ORDINALITY AS q(name, room, turn) CROSS JOIN LATERAL ("
-    " SELECT x.*, row_number() OVER () AS rank FROM ("
-    f" SELECT {_CANDIDATE_COLUMNS} FROM django_jobs_job WHERE queue = q.name AND {_CLAIM_FILTER}"
-    " ORDER BY priority DESC, available_at, id LIMIT q.room FOR UPDATE SKIP LOCKED) x) c"
+    f" SELECT x.*, row_number() OVER () AS rank FROM ({_MERGED} LIMIT q.room) x) c"
     f" WHERE q.name NOT IN ({_PAUSED_QUEUES})"
-    " ORDER BY c.rank, q.turn LIMIT %(limit)s)" + _CLAIM_TAIL
-)
+    " ORDER BY c.rank, q.turn LIMIT %(limit)s)"
+).replace("{queue}", "queue = q.name AND ").replace("{room}", "q.room") + _CLAIM_TAIL
 
 # ---- concurrency keys -----------------------------------------------------------------------
 #
@@ -190,30 +224,30 @@ _ENSURE_RATE_WINDOWS = (
 #
 # What an idle worker reads instead of trusting notifications alone (see listener.py): in how
 # many seconds the next job it could claim is due (NULL: none pending), and which queues are
-# paused. Its filter is the claim's without `available_at <= now()`, so jobs held back by a
-# key or a rate window, of a paused queue, or of a version it cannot read are left out: the
-# claim would pass them over too (a key or a window that frees up notifies).
-#
-# The claim indexes begin with the priority, so min(available_at) would read every pending
-# entry. Instead, a loose index scan: `level` walks the distinct priorities of pending jobs (one
-# index probe each; -100 … 100, in practice a handful), and for each, the first job in
-# available_at order that passes the filter is one more probe. The paused set is a read of the
-# tiny queue table.
+# paused. Two places hold its next job, read per kind (and per queue):
+# - the claim index: due now (0) if a row passes the claim's conditions. A ready job was due at
+#   its write, so there is nothing to wait for there (a job whose due time an UPDATE of your own
+#   moved later while it was ready is found due by a periodic check); a job left out because
+#   its key or rate window is full, or of a paused queue, is not waited for: the claim would
+#   pass it over too (a key or a window that frees up notifies);
+# - django_jobs_later: the first job scheduled for later, of a queue that is not paused. When it
+#   is due, the next claim promotes it (see _PROMOTE).
+# Kinds the worker does not run, and versions it cannot read, are not read at all. Both reads
+# are in their index's order: for an EXISTS, PostgreSQL may prefer reading the table until it
+# finds a row, which for each kind with no pending job means the whole table.
 _OUTLOOK = """
-WITH RECURSIVE level(priority) AS (
-    (SELECT priority FROM django_jobs_job WHERE status = 'pending' ORDER BY priority DESC LIMIT 1)
-    UNION ALL
-    SELECT (SELECT j.priority FROM django_jobs_job j
-            WHERE j.status = 'pending' AND j.priority < level.priority ORDER BY j.priority DESC LIMIT 1)
-    FROM level WHERE level.priority IS NOT NULL
-)
-SELECT
-    (SELECT extract(epoch FROM min(first.available_at) - now())::float8 FROM level CROSS JOIN LATERAL (
-        SELECT available_at FROM django_jobs_job WHERE priority = level.priority AND {filter}
-        ORDER BY available_at LIMIT 1) first),
+SELECT least(
+    (SELECT min((SELECT 0.0::float8 FROM django_jobs_job
+                 WHERE {queue}type = k.type AND version = k.version AND status = 'pending' AND ready
+                   AND {row_conditions} ORDER BY priority DESC, available_at, id LIMIT 1))
+     FROM ({kinds}) k{of_queues}),
+    (SELECT extract(epoch FROM min((SELECT available_at FROM django_jobs_job
+                 WHERE {queue}type = k.type AND version = k.version AND status = 'pending' AND NOT ready
+                   {not_paused} ORDER BY available_at LIMIT 1)) - now())::float8
+     FROM ({kinds}) k{of_queues})),
     ARRAY(SELECT name::text FROM django_jobs_queue_state WHERE paused_at IS NOT NULL)
 """
-_OF_QUEUES = " AND queue = ANY(%(queues)s::text[])"
+_OF_QUEUES = f" CROSS JOIN unnest(%(queues)s::text[]) AS q(name) WHERE q.name NOT IN ({_PAUSED_QUEUES})"
 
 
 @dataclass(frozen=True, slots=True)
@@ -261,16 +295,20 @@ class ClaimStatement:
         leases = leases or {}
         oldest = oldest or {}
         template = _CLAIM_NAMED_QUEUES if queues else _CLAIM_ANY_QUEUE
-        gaps = any(oldest.get(name, 1) > 1 for name in names)
         rates = {name: limit for name, limit in (rate_limits or {}).items() if name in versions}
-        # The filters of keys and rate windows join the version filters at the end of
-        # _CLAIM_FILTER; the rate-limit parts are left out of a worker that needs none.
-        filters = (_OLDEST_FILTER if gaps else "") + _KEY_ROOM_FILTER + (_RATE_ROOM_FILTER if rates else "")
-        template = template.replace("{oldest_filter}", filters).replace("{admit_keys}", _ADMIT_KEYS)
+        # The filters of keys and rate windows complete the row conditions; the rate-limit parts
+        # are left out of a worker that needs none.
+        room = _KEY_ROOM_FILTER + (_RATE_ROOM_FILTER if rates else "")
+        template = template.replace("{room_filters}", room).replace("{admit_keys}", _ADMIT_KEYS)
         template = template.replace("{admit_rates}", _ADMIT_RATES if rates else _NO_RATES)
-        waiting = _CLAIM_FILTER.replace(_DUE_NOW, "").replace("{oldest_filter}", filters)
-        #: The outlook of this worker (see ``_OUTLOOK``): the same filter, due now or later.
-        self.outlook_sql = _OUTLOOK.replace("{filter}", waiting + (_OF_QUEUES if queues else ""))
+        #: The outlook of this worker (see ``_OUTLOOK``).
+        self.outlook_sql = (
+            _OUTLOOK.replace("{kinds}", _KINDS)
+            .replace("{of_queues}", _OF_QUEUES if queues else "")
+            .replace("{queue}", "queue = q.name AND " if queues else "")
+            .replace("{row_conditions}", _ROW_CONDITIONS.replace("{room_filters}", room))
+            .replace("{not_paused}", _NOT_PAUSED)
+        )
         # Per-type values travel as arrays aligned with `types`: the statement's text stays the
         # same size however many types a worker knows, so psycopg keeps its parsed form cached
         # (it caches statements up to 4 KiB; one CASE branch per type outgrew that).
@@ -284,6 +322,9 @@ class ClaimStatement:
             "oldest": [oldest.get(name, 1) for name in names],
             "leases": [float(leases.get(name, jobs_settings.LEASE_TIMEOUT)) for name in names],
         }
+        kinds = [(name, v) for name in names for v in range(oldest.get(name, 1), versions[name] + 1)]
+        self._params["kind_types"] = [name for name, _ in kinds]
+        self._params["kind_versions"] = [v for _, v in kinds]
         #: The rate-limited types this statement claims, whose window rows must exist.
         self.rate_limited = sorted(rates)
         if rates:
@@ -322,15 +363,32 @@ def claim(
 
     The first ``start_now`` (default: all) are counted as started: they go to idle threads.
     With named queues, ``rooms`` caps what each queue may give (default: ``limit``), and
-    ``turn`` rotates which queue comes first.
+    ``turn`` rotates which queue comes first. A claim that promoted jobs scheduled for later
+    (due now) claims once more: they were not claimable in its own snapshot.
     """
+    claims, promoted = _claim_once(statement, statement.params(limit, start_now, rooms, turn))
+    if promoted and len(claims) < limit:
+        if rooms is not None:
+            taken = Counter(c.queue for c in claims)
+            queues = statement.params(limit)["queues"]
+            rooms = [max(0, room - taken[queue]) for queue, room in zip(queues, rooms, strict=True)]
+        left = None if start_now is None else max(0, start_now - len(claims))
+        more, _ = _claim_once(statement, statement.params(limit - len(claims), left, rooms, turn))
+        claims += more
+    return claims
+
+
+def _claim_once(statement: ClaimStatement, params: dict[str, Any]) -> tuple[list[Claim], int]:
+    """One claim statement: the jobs it claimed, and how many it promoted."""
     with bound_cursor(jobs_settings.DATABASE) as cursor:
-        cursor.execute(statement.sql, statement.params(limit, start_now, rooms, turn))
+        cursor.execute(statement.sql, params)
         rows = cursor.fetchall()
+    promoted = sum(row[-1] for row in rows if row[0] is None)
+    rows = [row for row in rows if row[0] is not None]
     # RETURNING follows no order: put the rows back in the claim's (best first; with named
     # queues, the queues' turns), the counted ones first since they are meant for idle threads.
     rows.sort(key=lambda row: (not row[-4], row[-1]))
-    return [Claim(*row[:-1]) for row in rows]
+    return [Claim(*row[:-1]) for row in rows], promoted
 
 
 def open_rate_windows(types: Sequence[str]) -> None:

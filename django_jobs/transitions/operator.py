@@ -71,7 +71,7 @@ WITH old AS (
     FOR UPDATE
 ), moved AS (
     UPDATE django_jobs_job j SET
-        status = 'pending', attempts = 0, available_at = now(), finished_at = NULL,
+        status = 'pending', attempts = 0, available_at = now(), ready = true, finished_at = NULL,
         cancel_requested_at = NULL, worker_id = NULL, execution_id = NULL, heartbeat_at = NULL,
         lease_expires_at = NULL, failed_at = NULL, completed_at = NULL,
         manual_retries = j.manual_retries + 1, retried_by = %(actor)s,

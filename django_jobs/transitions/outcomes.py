@@ -62,6 +62,7 @@ WITH outcome AS (
                           THEN now() - make_interval(secs => o.ran_for) ELSE j.started_at END,
         available_at = CASE WHEN o.status = 'pending'
                             THEN now() + make_interval(secs => o.delay) ELSE j.available_at END,
+        ready = o.status <> 'pending' OR o.delay <= 0,
         completed_at = CASE WHEN o.status = 'completed' THEN now() ELSE j.completed_at END,
         failed_at = CASE WHEN o.status = 'failed' THEN now() ELSE j.failed_at END,
         finished_at = CASE WHEN o.status IN ('pending', 'needs_review') THEN NULL ELSE now() END,

@@ -71,6 +71,7 @@ WITH decision AS (
         attempts = d.attempts,
         available_at = CASE WHEN d.status = 'pending'
                             THEN now() + make_interval(secs => d.delay) ELSE j.available_at END,
+        ready = d.status <> 'pending' OR d.delay <= 0,
         failed_at = CASE WHEN d.status = 'failed' THEN now() ELSE j.failed_at END,
         finished_at = CASE WHEN d.status IN ('failed', 'cancelled') THEN now() END,
         last_error_code = d.error_code,

@@ -138,6 +138,51 @@ def test_the_health_check_passes_warnings_unless_told_to_fail_on_them() -> None:
         assert [f.code for f in find()] == ["oldest_due"]
 
 
+
+def due_but_not_ready(queue: str, seconds_ago: float, **fields: object) -> Job:
+    """A job due for ``seconds_ago`` that no claim has promoted yet: written for later (not
+    ready), then moved to the past, then marked not ready again by a write the trigger that keeps
+    ``ready`` does not watch."""
+    job = JobFactory(queue=queue, delayed=True, **fields)
+    Job.objects.filter(pk=job.pk).update(available_at=timezone.now() - dt.timedelta(seconds=seconds_ago))
+    Job.objects.filter(pk=job.pk).update(ready=False)
+    assert Job.objects.filter(pk=job.pk, ready=False, available_at__lte=timezone.now()).exists()
+    return job
+
+
+def test_the_oldest_due_job_is_found_among_every_kind_priority_and_the_jobs_not_promoted_yet() -> None:
+    from django_jobs.reads.findings import oldest_pending_ages
+
+    for job_type, version, priority, seconds_ago in [
+        ("a.first", 1, 5, 100),
+        ("a.first", 1, 0, 300),
+        ("a.first", 2, -3, 500),
+        ("b.second", 1, 10, 200),
+        ("b.second", 1, -10, 700),  # the oldest ready job: the last priority of the last kind
+        ("b.second", 1, 10, 50),
+    ]:
+        due(seconds_ago, type=job_type, version=version, priority=priority)
+    JobFactory(queue=QUEUE, type="a.first", delayed=True)  # not due: no age
+    JobFactory(queue=QUEUE, type="a.first", version=3, delayed=True)  # a kind only for later
+    due_but_not_ready("other", 9000, type="a.first")  # older, but in another queue
+    JobFactory(queue="other", type="b.second", available_at=timezone.now() - dt.timedelta(seconds=5000))
+    JobFactory(queue="later", type="a.first", delayed=True)  # a queue whose jobs all wait
+    ages = oldest_pending_ages([QUEUE, "other", "later", "empty"])
+    assert ages.keys() == {QUEUE, "other"}
+    assert ages[QUEUE] == pytest.approx(700, abs=5)
+    assert ages["other"] == pytest.approx(9000, abs=5)
+
+    # Due for two hours but not promoted (its kind has no worker): older than every ready job.
+    due_but_not_ready(QUEUE, 7200, type="c.third", priority=-1)
+    ages = oldest_pending_ages([QUEUE, "other", "later"])
+    assert ages == {QUEUE: pytest.approx(7200, abs=5), "other": pytest.approx(9000, abs=5)}
+
+    # Once claimed away, the next oldest of each part is found again.
+    Job.objects.filter(queue=QUEUE, type="c.third").update(status="completed", finished_at=timezone.now())
+    Job.objects.filter(queue=QUEUE, priority=-10).update(status="completed", finished_at=timezone.now())
+    assert oldest_pending_ages([QUEUE])[QUEUE] == pytest.approx(500, abs=5)
+
+
 # ---- explainjob ---------------------------------------------------------------------------------------
 
 

@@ -13,7 +13,7 @@ from django_jobs.models import Job
 from django_jobs.registry import registry
 from django_jobs.runtime.worker import Worker
 from django_jobs.transitions import claim
-from django_jobs.transitions.claimable import claim_filter, claim_inputs, positional
+from django_jobs.transitions.claimable import claim_filter, claim_inputs, positional, row_conditions
 from tests.factories import JobFactory
 
 pytestmark = pytest.mark.django_db
@@ -90,10 +90,14 @@ def test_claimable_is_a_queryset_that_composes(mixed_table: dict[str, Job]) -> N
 
 
 def test_claimable_filters_with_the_claim_statements_own_text() -> None:
-    # The read is the claim's WHERE clause, word for word: a change to one is a change to both.
+    # The conditions on a waiting job are the claim's, word for word: the claim checks them
+    # when it scans a row, claimable() ends with them.
     for queues in (None, ["emails"]):
         worker = Worker(burst=True, queues=queues)
-        sql, _ = claim_filter(claim_inputs(registry.all()))
-        assert sql in worker._producer.statement.sql
+        inputs = claim_inputs(registry.all())
+        sql, _ = claim_filter(inputs)
+        conditions = row_conditions(inputs)
+        assert sql.endswith(conditions)
+        assert worker._producer.statement.sql.count(conditions) == 1
     raw, params = positional(*claim_filter(claim_inputs(registry.all())))
     assert "%(" not in raw and raw.count("%s") == len(params)

@@ -115,6 +115,33 @@ def test_statement_timeout_bounds_only_the_workers_own_threads() -> None:
     assert _on_new_thread(_statement_timeout) == "0"
 
 
+def _jit() -> str:
+    with connection.cursor() as cursor:
+        cursor.execute("SHOW jit")
+        return str(cursor.fetchone()[0])
+
+
+def test_the_workers_own_connections_never_compile_their_statements() -> None:
+    # A claim on a table of millions is estimated costly enough for JIT compilation, which
+    # takes longer than the claim: the worker's connections turn it off, a handler's keep it.
+    def marked() -> str:
+        run_worker_statements()
+        return _jit()
+
+    assert _on_new_thread(marked) == "off"
+    assert _on_new_thread(_jit) == _server_jit()
+
+
+def _server_jit() -> str:
+    settings = connection.settings_dict
+    with psycopg.connect(
+        dbname=settings["NAME"], user=settings["USER"], host=settings["HOST"], port=settings["PORT"]
+    ) as conn:
+        row = conn.execute("SHOW jit").fetchone()
+    assert row is not None
+    return str(row[0])
+
+
 def test_a_handlers_connection_has_no_statement_timeout() -> None:
     job = enqueue("test.statement_timeout", {})
     run_worker()

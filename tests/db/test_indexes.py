@@ -52,7 +52,8 @@ def job_table_scans(sql: str, params: object) -> list[str]:
     """The plan's seq scans of the job table and its sorts over job rows read from the table.
 
     The claim's bookkeeping of concurrency keys sorts and scans its own small CTEs and tables:
-    those are not the job table's backlog.
+    those are not the job table's backlog. Nor is the claim's merge: the sort of the first rows
+    of each kind (a nested loop over the kinds' function scan, each kind's scan under its LIMIT).
     """
     with connection.cursor() as cursor:
         cursor.execute("EXPLAIN (FORMAT JSON) " + sql, params)
@@ -63,12 +64,23 @@ def job_table_scans(sql: str, params: object) -> list[str]:
             reads_job_table(child) for child in node.get("Plans", [])
         )
 
+    def merges_kinds(sort: dict[str, Any]) -> bool:
+        (loop,) = sort["Plans"]
+        sides = loop.get("Plans", [])
+        return (
+            loop["Node Type"] == "Nested Loop"
+            and len(sides) == 2
+            and sides[0]["Node Type"] == "Function Scan"
+            and str(sides[0].get("Alias", "")).startswith("k")
+            and "Limit" in json.dumps(sides[1])
+        )
+
     found: list[str] = []
 
     def walk(node: dict[str, Any]) -> None:
         if node["Node Type"] == "Seq Scan" and node.get("Relation Name") == "django_jobs_job":
             found.append("Seq Scan on django_jobs_job")
-        if node["Node Type"] == "Sort" and reads_job_table(node):
+        if node["Node Type"] == "Sort" and reads_job_table(node) and not merges_kinds(node):
             found.append(f"Sort by {node.get('Sort Key')}")
         for child in node.get("Plans", []):
             walk(child)
@@ -88,20 +100,20 @@ def million_rows(request: pytest.FixtureRequest) -> None:
 def test_claim_and_reaper_searches_are_index_scans(million_rows: None) -> None:
     every_queue = ClaimStatement("w", None, {"test.noop": 1})
     text = plan(every_queue.sql, every_queue.params(100))
-    assert "django_jobs_claim_any" in text
+    assert '"django_jobs_ready"' in text
     assert job_table_scans(every_queue.sql, every_queue.params(100)) == []
     # Paused queues: the tiny queue table is read once, into a hash, whatever the backlog.
     assert "hashed SubPlan" in text
 
     # A worker that knows a rate-limited type: its filter of full windows keeps the index scan.
     rated = ClaimStatement("w", None, {"test.noop": 1}, rate_limits={"test.noop": RateLimit(20, 1.0)})
-    assert "django_jobs_claim_any" in plan(rated.sql, rated.params(100))
+    assert '"django_jobs_ready"' in plan(rated.sql, rated.params(100))
     assert job_table_scans(rated.sql, rated.params(100)) == []
 
     # Named queues: one ordered scan of the queue index per queue, merged by a tiny sort.
     named = ClaimStatement("w", ["mail", "reports"], {"test.noop": 1})
     text = plan(named.sql, named.params(100))
-    assert "django_jobs_claim_queue" in text
+    assert '"django_jobs_ready_queue"' in text
     assert "Seq Scan on django_jobs_job" not in text and "hashed SubPlan" in text
 
     # The reaper's search for expired leases.
@@ -115,15 +127,27 @@ def test_checkjobs_reads_are_index_probes(million_rows: None) -> None:
     from django_jobs.observe import findings
     from django_jobs.reads import findings as reads
 
-    # The oldest pending job of a queue: a probe per distinct priority in the claim index,
-    # never a scan of the queue's backlog.
+    # The oldest due job of a queue: a probe per distinct (type, version, priority) of its ready
+    # jobs, one per kind of the jobs not promoted yet, never a scan of the queue's backlog.
+    with connection.cursor() as cursor:  # a kind scheduled for later in another queue
+        cursor.execute(
+            "INSERT INTO django_jobs_job (queue, type, version, payload, status, priority, available_at,"
+            " attempts, max_attempts) SELECT 'reports', 'test.later', 1, '{}', 'pending', 0,"
+            " now() + make_interval(secs => i), 0, 5 FROM generate_series(1, 1000) AS i"
+        )
     text = plan(reads.OLDEST_PENDING, {"queue": "mail"})
-    assert "django_jobs_claim_queue" in text
+    assert '"django_jobs_ready_queue"' in text and '"django_jobs_later"' in text
     assert job_table_scans(reads.OLDEST_PENDING, {"queue": "mail"}) == []
     with connection.cursor() as cursor:
-        cursor.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + reads.OLDEST_PENDING, {"queue": "mail"})
+        # The rows of an earlier test, rolled back, leave index entries until the vacuum: the
+        # first scan passing them marks them dead, and is not what is measured.
+        cursor.execute(reads.OLDEST_PENDING, {"queue": "mail"})
+        cursor.execute("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + reads.OLDEST_PENDING, {"queue": "mail"})
         executed = cursor.fetchone()[0][0]
-    # Three priorities: a handful of index probes, not a third of a million rows.
+    # Three priorities of one kind, one kind for later: a handful of index probes, not a third
+    # of a million rows.
+    buffers = executed["Plan"]["Shared Hit Blocks"] + executed["Plan"]["Shared Read Blocks"]
+    assert buffers < 1000, buffers  # the bad plan of a third of a million rows reads 300,000
     assert executed["Execution Time"] < 50, executed["Execution Time"]
 
     # As the reaper's search: with running jobs their partial index; with none, any index will do.
