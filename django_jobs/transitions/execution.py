@@ -5,8 +5,9 @@ versions in queues that are not paused, admits them under their concurrency keys
 windows, and mints each an ``execution_id`` and a lease. Every later write of the execution is
 guarded by ``(id, execution_id, status='running')`` (``transitions.leases``, ``.outcomes``).
 
-Over 300 lines: the claim is one statement composed from named parts (the filter, the key and
-rate admissions, the variants for any queue or named queues in turns) and ``claimable`` reads
+Over 300 lines: the claim is one statement composed from named parts (the promotion of due
+scheduled jobs, the scan per kind, the key and rate admissions, the variants for any queue or
+named queues in turns) and ``claimable`` reads
 the same parts; they are read and changed together, so they stay in one file.
 """
 
@@ -332,13 +333,19 @@ class ClaimStatement:
             self._params["rate_counts"] = [rates[name].count for name in self.rate_limited]
             self._params["rate_seconds"] = [rates[name].seconds for name in self.rate_limited]
 
+    @property
+    def queues(self) -> list[str]:
+        """The named queues this statement claims from, in their unrotated order (empty: any)."""
+        queues: list[str] = self._params["queues"]
+        return queues
+
     def outlook_params(self) -> dict[str, Any]:
         return self._params
 
     def params(
         self, limit: int, start_now: int | None = None, rooms: Sequence[int] | None = None, turn: int = 0
     ) -> dict[str, Any]:
-        queues: list[str] = self._params["queues"]
+        queues = self.queues
         room = list(rooms) if rooms is not None else [limit] * len(queues)
         if len(room) != len(queues):
             raise ValueError("one room per queue")
@@ -370,8 +377,7 @@ def claim(
     if promoted and len(claims) < limit:
         if rooms is not None:
             taken = Counter(c.queue for c in claims)
-            queues = statement.params(limit)["queues"]
-            rooms = [max(0, room - taken[queue]) for queue, room in zip(queues, rooms, strict=True)]
+            rooms = [max(0, room - taken[q]) for q, room in zip(statement.queues, rooms, strict=True)]
         left = None if start_now is None else max(0, start_now - len(claims))
         more, _ = _claim_once(statement, statement.params(limit - len(claims), left, rooms, turn))
         claims += more
