@@ -7,8 +7,8 @@ guarded by ``(id, execution_id, status='running')`` (``transitions.leases``, ``.
 
 Over 300 lines: the claim is one statement composed from named parts (the promotion of due
 scheduled jobs, the scan per kind, the key and rate admissions, the variants for any queue or
-named queues in turns) and ``claimable`` reads
-the same parts; they are read and changed together, so they stay in one file.
+named queues in turns) and ``claimable`` reads the same parts; they are read and changed
+together, so they stay in one file.
 """
 
 from __future__ import annotations
