@@ -1,7 +1,8 @@
 """Drain due jobs beside rows the worker cannot take, against the same drain alone.
 
 ``.venv/bin/python bench/drain_beside.py [--due 10000] [--later 990000] [--foreign 100000]
-[--unreadable 1000000] [--unreadable-version 2] [--reps 3] [--json]``
+[--unreadable 1000000] [--unreadable-version 2] [--paused 1000000] [--only SCENARIO ...]
+[--reps 3] [--json]``
 
 On the dedicated database of ``bench/drain.py`` (``$BENCH_DATABASE_NAME``, dropped, re-created
 and migrated), each scenario starts from an empty job table, gets its rows from
@@ -13,6 +14,8 @@ claimable ``test.noop`` jobs are drained by ``manage.py runjobs --burst`` with t
 - ``beside_later_and_foreign``: besides them, ``--later`` ``test.noop`` jobs due an hour from
   now at a higher priority (first in the claim index's order, but not due), and ``--foreign``
   due jobs, older than the due ones, of a type no worker runs (``other.service``);
+- ``beside_paused``: besides them, ``--paused`` due ``test.noop`` jobs, older than the due
+  ones, in a queue an operator paused (``reports``): the backlog that grows during an incident;
 - ``beside_unreadable``: besides them, ``--unreadable`` due ``test.noop`` jobs, older than the
   due ones, of a payload version newer than the worker reads. The default, 2, is the next
   version of ``test.noop`` (which reads version 1): the payloads a rolling deploy's new code
@@ -56,13 +59,15 @@ GOAL = 0.83
 _FILL = (
     "INSERT INTO django_jobs_job (queue, type, version, payload, status, priority, available_at,"
     " attempts, max_attempts, unique_key, on_lost, concurrency_key, concurrency_limit, on_lost_in_call)"
-    " SELECT 'default', %(type)s, %(version)s, '{}'::jsonb, 'pending', %(priority)s,"
+    " SELECT %(queue)s, %(type)s, %(version)s, '{}'::jsonb, 'pending', %(priority)s,"
     " now() + make_interval(secs => %(offset)s) + make_interval(secs => g * 0.000001), 0, 5, NULL,"
     " 'retry', NULL, NULL, NULL FROM generate_series(1, %(n)s) g"
 )
 # The due jobs, and the id range the poll counts.
 _FILL_DUE = f"WITH made AS ({_FILL} RETURNING id) SELECT min(id), max(id), count(*) FROM made"
-_DUE = {"type": "test.noop", "version": 1, "priority": 0, "offset": -60.0}
+_DUE = {"queue": "default", "type": "test.noop", "version": 1, "priority": 0, "offset": -60.0}
+#: The queue an operator paused in ``beside_paused``.
+PAUSED_QUEUE = "reports"
 
 
 def beside(args: argparse.Namespace) -> dict[str, list[dict[str, object]]]:
@@ -70,8 +75,8 @@ def beside(args: argparse.Namespace) -> dict[str, list[dict[str, object]]]:
     return {
         "alone": [],
         "beside_later_and_foreign": [
-            {"type": "test.noop", "version": 1, "priority": 10, "offset": 3600.0, "n": args.later},
-            {"type": "other.service", "version": 1, "priority": 0, "offset": -3600.0, "n": args.foreign},
+            {"type": "test.noop", "priority": 10, "offset": 3600.0, "n": args.later},
+            {"type": "other.service", "priority": 0, "offset": -3600.0, "n": args.foreign},
         ],
         "beside_unreadable": [
             {
@@ -81,6 +86,9 @@ def beside(args: argparse.Namespace) -> dict[str, list[dict[str, object]]]:
                 "offset": -3600.0,
                 "n": args.unreadable,
             },
+        ],
+        "beside_paused": [
+            {"queue": PAUSED_QUEUE, "type": "test.noop", "priority": 0, "offset": -3600.0, "n": args.paused},
         ],
     }
 
@@ -116,8 +124,15 @@ def remaining_sql(lo: int, hi: int) -> str:
 
 def run(name: str, rows: list[dict[str, object]], args: argparse.Namespace, url: str) -> list[dict[str, Any]]:
     execute("TRUNCATE django_jobs_job, django_jobs_jobevent RESTART IDENTITY CASCADE")
+    execute("DELETE FROM django_jobs_queue_state")
     for fill in rows:
-        execute(_FILL, fill)
+        execute(_FILL, {"queue": "default", "version": 1, **fill})
+        if fill.get("queue") == PAUSED_QUEUE:
+            execute(
+                "INSERT INTO django_jobs_queue_state (name, paused_at, paused_by, reason)"
+                " VALUES (%(queue)s, now(), 'bench', 'paused while its backlog grows')",
+                {"queue": PAUSED_QUEUE},
+            )
     worker = argparse.Namespace(concurrency=1, pool="thread", batch_size=None, metrics=False, workers=1)
     runs: list[dict[str, Any]] = []
     due: tuple[int, int] | None = None
@@ -148,6 +163,8 @@ def main() -> None:
     add("--foreign", type=int, default=100_000, help="due jobs of a type no worker runs")
     add("--unreadable", type=int, default=1_000_000, help="due test.noop jobs of a newer payload version")
     add("--unreadable-version", type=int, default=2, help="their version (test.noop reads 1; default 2)")
+    add("--paused", type=int, default=1_000_000, help="due test.noop jobs of a paused queue")
+    add("--only", nargs="*", help="scenarios to run (alone is always run: the ratios divide by it)")
     add("--reps", type=int, default=3, help="drains per scenario (the median is printed)")
     add("--json", action="store_true", help="print a JSON line of the results at the end")
     args = parser.parse_args()
@@ -172,6 +189,8 @@ def main() -> None:
     )
     results: dict[str, dict[str, Any]] = {}
     for name, rows in beside(args).items():
+        if args.only and name != "alone" and name not in args.only:
+            continue
         runs = run(name, rows, args, url)
         results[name] = {"rows_beside": sum(int(str(r["n"])) for r in rows), "runs": runs}
         for key in ("jobs_per_s", "claim_ms_p50", "claim_ms_p99", "jobs_per_claim"):
