@@ -132,7 +132,9 @@ _PROMOTE = (
 # already lost once before its start was recorded (so that a job that kills its worker at once
 # still uses up its attempts); a job of a rate-limited type is a third (see _ADMIT_RATES).
 # Between candidates and ranked, jobs whose concurrency key is at its limit are left out (see
-# _ADMIT_KEYS). Rows locked here but left out are unlocked at commit.
+# _ADMIT_KEYS). Rows locked here but left out are unlocked at commit. After the claimed rows
+# comes one row with a NULL id: the number of queues paused now (in the version column) and of
+# jobs promoted (in the last).
 # `row_number() OVER ()` numbers the candidates in the order the merge produced them
 # (PostgreSQL's window aggregate keeps its input order), without sorting them again; the
 # filters between candidates and ranked keep that order too.
@@ -148,12 +150,35 @@ _CLAIM_TAIL = (
     " lease_expires_at = now() + make_interval("
     "secs => (%(leases)s::float8[])[array_position(%(types)s::text[], j.type::text)])"
     f" FROM next WHERE j.id = next.id RETURNING {_CLAIM_COLUMNS}, next.position)"
-    " SELECT * FROM claimed UNION ALL SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,"
-    " NULL, NULL, NULL, NULL, NULL, NULL, NULL, count(*) FROM promoted HAVING count(*) > 0"
+    " SELECT * FROM claimed UNION ALL SELECT NULL, NULL, NULL,"
+    f" (SELECT count(*) FROM ({_PAUSED_QUEUES}) p)::int, NULL, NULL, NULL, NULL, NULL,"
+    " NULL, NULL, NULL, NULL, NULL, NULL, NULL, (SELECT count(*) FROM promoted)"
 )
 _CLAIM_ANY_QUEUE = (
     f"WITH {_PROMOTE}candidates AS ({_MERGED} LIMIT %(limit)s)"
 ).replace("{queue}", "").replace("{room}", "%(limit)s") + _CLAIM_TAIL
+# A paused queue keeps its jobs pending, and its backlog grows while it is paused. A worker that
+# serves every queue scans django_jobs_ready, which holds the ready jobs of all queues by kind:
+# it would read a paused backlog through at every claim, to take none of it (a million paused
+# jobs made each claim half a second). So while a queue is paused, that worker claims with this
+# statement instead (the previous claim said so): it scans per queue and kind in
+# django_jobs_ready_queue, for the (queue, type, version) that hold ready jobs. A loose index
+# scan lists those, one probe each: from one, it seeks to the next, stepping over a queue's
+# entries instead of reading them, and a paused queue is left out before its scan. Each probe
+# orders by the whole index prefix, so that only django_jobs_ready_queue yields that order.
+_LIVE_KINDS = (
+    "live AS ((SELECT queue, type, version FROM django_jobs_job WHERE status = 'pending' AND ready"
+    " ORDER BY queue, type, version, priority DESC LIMIT 1) UNION ALL SELECT n.* FROM live l"
+    " CROSS JOIN LATERAL (SELECT queue, type, version FROM django_jobs_job WHERE status = 'pending'"
+    " AND ready AND (queue, type, version) > (l.queue, l.type, l.version)"
+    " ORDER BY queue, type, version, priority DESC LIMIT 1) n), "
+)
+_CLAIM_ANY_QUEUE_BESIDE_PAUSED = (
+    f"WITH RECURSIVE {_PROMOTE}{_LIVE_KINDS}candidates AS (SELECT s.* FROM live l"
+    f" JOIN ({_KINDS}) k ON k.type = l.type AND k.version = l.version CROSS JOIN LATERAL ({_SCAN}) s"
+    f" WHERE l.queue NOT IN ({_PAUSED_QUEUES}) ORDER BY s.priority DESC, s.available_at, s.id"
+    " LIMIT %(limit)s)"
+).replace("{queue}", "queue = l.queue AND ").replace("{room}", "%(limit)s") + _CLAIM_TAIL
 # With named queues, the kinds are scanned per queue, in the (queue, type, version, ...) index.
 # Each queue offers at most its `room` rows (its free slots, when the worker gives queues slots
 # of their own), and the queues take turns: the first row of each queue comes before the second
@@ -239,9 +264,9 @@ _ENSURE_RATE_WINDOWS = (
 _OUTLOOK = """
 SELECT least(
     (SELECT min((SELECT 0.0::float8 FROM django_jobs_job
-                 WHERE {queue}type = k.type AND version = k.version AND status = 'pending' AND ready
+                 WHERE {ready_queue}type = k.type AND version = k.version AND status = 'pending' AND ready
                    AND {row_conditions} ORDER BY priority DESC, available_at, id LIMIT 1))
-     FROM ({kinds}) k{of_queues}),
+     FROM {ready_kinds}),
     (SELECT extract(epoch FROM min((SELECT available_at FROM django_jobs_job
                  WHERE {queue}type = k.type AND version = k.version AND status = 'pending' AND NOT ready
                    {not_paused} ORDER BY available_at LIMIT 1)) - now())::float8
@@ -249,6 +274,12 @@ SELECT least(
     ARRAY(SELECT name::text FROM django_jobs_queue_state WHERE paused_at IS NOT NULL)
 """
 _OF_QUEUES = f" CROSS JOIN unnest(%(queues)s::text[]) AS q(name) WHERE q.name NOT IN ({_PAUSED_QUEUES})"
+# A worker of every queue while a queue is paused reads its ready jobs per queue and kind, as
+# its claim does (see _LIVE_KINDS), not through the paused backlog.
+_LIVE_READY_KINDS = (
+    "live l JOIN ({kinds}) k ON k.type = l.type AND k.version = l.version"
+    f" WHERE l.queue NOT IN ({_PAUSED_QUEUES})"
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -269,6 +300,7 @@ def outlook(statement: ClaimStatement) -> Outlook:
         row = cursor.fetchone()
     assert row is not None  # one row, always: a SELECT without FROM
     due_in, paused = row
+    statement.queues_paused = bool(paused)
     return Outlook(due_in, frozenset(paused))
 
 
@@ -295,25 +327,46 @@ class ClaimStatement:
         names = sorted(versions)
         leases = leases or {}
         oldest = oldest or {}
-        template = _CLAIM_NAMED_QUEUES if queues else _CLAIM_ANY_QUEUE
+        templates = [_CLAIM_NAMED_QUEUES] if queues else [_CLAIM_ANY_QUEUE, _CLAIM_ANY_QUEUE_BESIDE_PAUSED]
         rates = {name: limit for name, limit in (rate_limits or {}).items() if name in versions}
         # The filters of keys and rate windows complete the row conditions; the rate-limit parts
         # are left out of a worker that needs none.
         room = _KEY_ROOM_FILTER + (_RATE_ROOM_FILTER if rates else "")
-        template = template.replace("{room_filters}", room).replace("{admit_keys}", _ADMIT_KEYS)
-        template = template.replace("{admit_rates}", _ADMIT_RATES if rates else _NO_RATES)
-        #: The outlook of this worker (see ``_OUTLOOK``).
-        self.outlook_sql = (
-            _OUTLOOK.replace("{kinds}", _KINDS)
-            .replace("{of_queues}", _OF_QUEUES if queues else "")
+        admit_rates = _ADMIT_RATES if rates else _NO_RATES
+        statements = [
+            template.replace("{room_filters}", room)
+            .replace("{admit_keys}", _ADMIT_KEYS)
+            .replace("{admit_rates}", admit_rates)
+            for template in templates
+        ]
+        outlook = (
+            _OUTLOOK.replace("{of_queues}", _OF_QUEUES if queues else "")
             .replace("{queue}", "queue = q.name AND " if queues else "")
             .replace("{row_conditions}", _ROW_CONDITIONS.replace("{room_filters}", room))
             .replace("{not_paused}", _NOT_PAUSED)
         )
+        self._usual_outlook = (
+            outlook.replace("{ready_queue}", "queue = q.name AND " if queues else "")
+            .replace("{ready_kinds}", "({kinds}) k" + (_OF_QUEUES if queues else ""))
+            .replace("{kinds}", _KINDS)
+        )
+        self._outlook_beside_paused = (
+            self._usual_outlook
+            if queues
+            else "WITH RECURSIVE "
+            + _LIVE_KINDS.removesuffix(", ")
+            + outlook.replace("{ready_queue}", "queue = l.queue AND ")
+            .replace("{ready_kinds}", _LIVE_READY_KINDS)
+            .replace("{kinds}", _KINDS)
+        )
         # Per-type values travel as arrays aligned with `types`: the statement's text stays the
         # same size however many types a worker knows, so psycopg keeps its parsed form cached
         # (it caches statements up to 4 KiB; one CASE branch per type outgrew that).
-        self.sql = template
+        self._usual = statements[0]
+        #: The statement of a worker that serves every queue while some queue is paused.
+        self._beside_paused = statements[-1]
+        #: Whether the last claim saw a paused queue (only a worker of every queue cares).
+        self.queues_paused = False
         self._params: dict[str, Any] = {
             "worker": worker_id,
             "types": names,
@@ -332,6 +385,17 @@ class ClaimStatement:
             self._params["rate_types"] = self.rate_limited
             self._params["rate_counts"] = [rates[name].count for name in self.rate_limited]
             self._params["rate_seconds"] = [rates[name].seconds for name in self.rate_limited]
+
+    @property
+    def sql(self) -> str:
+        """The statement the next claim runs: the usual one, or, for a worker of every queue
+        while the last claim saw a paused queue, the one that steps over paused backlogs."""
+        return self._beside_paused if self.queues_paused else self._usual
+
+    @property
+    def outlook_sql(self) -> str:
+        """The outlook of this worker (see ``_OUTLOOK``), chosen as :attr:`sql` is."""
+        return self._outlook_beside_paused if self.queues_paused else self._usual_outlook
 
     @property
     def queues(self) -> list[str]:
@@ -389,7 +453,11 @@ def _claim_once(statement: ClaimStatement, params: dict[str, Any]) -> tuple[list
     with bound_cursor(jobs_settings.DATABASE) as cursor:
         cursor.execute(statement.sql, params)
         rows = cursor.fetchall()
-    promoted = sum(row[-1] for row in rows if row[0] is None)
+    (counts,) = [row for row in rows if row[0] is None]  # queues paused, in the version column
+    promoted = counts[-1]
+    # The next claim picks its statement by what this one saw: a pause or a resume is followed
+    # from the claim after it (until then, the claim is right, only slower or needlessly careful).
+    statement.queues_paused = counts[3] > 0
     rows = [row for row in rows if row[0] is not None]
     # RETURNING follows no order: put the rows back in the claim's (best first; with named
     # queues, the queues' turns), the counted ones first since they are meant for idle threads.

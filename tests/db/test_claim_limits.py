@@ -136,8 +136,10 @@ def test_the_reaper_forgets_the_rows_of_keys_with_nothing_running() -> None:
 def test_the_claim_statement_stays_within_psycopgs_statement_cache(
     queues: list[str] | None, rates: dict[str, RateLimit] | None
 ) -> None:
-    sql = ClaimStatement("w", queues, TYPES, rate_limits=rates).sql
-    assert len(sql.encode()) <= 4096  # psycopg parses longer statements again at every call
+    statement = ClaimStatement("w", queues, TYPES, rate_limits=rates)
+    for queues_paused in (False, True):  # the usual statement, and the one beside paused queues
+        statement.queues_paused = queues_paused
+        assert len(statement.sql.encode()) <= 4096  # psycopg parses longer ones again at every call
 
 
 # ---- rate limits ------------------------------------------------------------------------------

@@ -16,6 +16,8 @@ from django_jobs.models import Job
 from django_jobs.states import JobStatus
 from django_jobs.transitions import ClaimStatement, Outcome, claim, manual_retry, write_outcomes
 
+pytestmark = pytest.mark.usefixtures("vacuum_afterwards")
+
 NOOP = ClaimStatement("w", None, {"test.noop": 1})
 
 
