@@ -122,7 +122,11 @@ def poll(
         time.sleep(0.05)
 
 
-def drain(n: int, args: argparse.Namespace, url: str, remaining: str = REMAINING_SQL) -> dict[str, Any]:
+def drain(
+    n: int, args: argparse.Namespace, url: str, remaining: str = REMAINING_SQL, others_run: bool = False
+) -> dict[str, Any]:
+    """Drain the ``n`` jobs ``remaining`` counts; with ``others_run``, the workers may also run
+    some of the other jobs pending beside them (a rate-limited type's, a few a second)."""
     import psycopg
 
     env = {**os.environ, "DATABASE_URL": url, "DJANGO_SETTINGS_MODULE": "testproject.settings"}
@@ -157,7 +161,8 @@ def drain(n: int, args: argparse.Namespace, url: str, remaining: str = REMAINING
     cpu = (cpu1.ru_utime - cpu0.ru_utime) + (cpu1.ru_stime - cpu0.ru_stime)
     shutil.rmtree(stats_dir)
     executions = sum(s["executions"] for s in stats)
-    assert executions == n, f"workers report {executions} executions, expected {n}"
+    expected = executions == n or (others_run and executions > n)
+    assert expected, f"workers report {executions} executions, expected {n}"
     result: dict[str, Any] = {
         "jobs_per_s": round(left_first / (ended - first), 1) if ended > first else None,
         "jobs_per_s_incl_startup": round(n / (ended - spawned), 1),

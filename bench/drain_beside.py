@@ -1,7 +1,8 @@
 """Drain due jobs beside rows the worker cannot take, against the same drain alone.
 
 ``.venv/bin/python bench/drain_beside.py [--due 10000] [--later 990000] [--foreign 100000]
-[--unreadable 1000000] [--unreadable-version 2] [--paused 1000000] [--only SCENARIO ...]
+[--unreadable 1000000] [--unreadable-version 2] [--rate-limited 100000] [--paused 1000000]
+[--only SCENARIO ...]
 [--reps 3] [--json]``
 
 On the dedicated database of ``bench/drain.py`` (``$BENCH_DATABASE_NAME``, dropped, re-created
@@ -14,6 +15,9 @@ claimable ``test.noop`` jobs are drained by ``manage.py runjobs --burst`` with t
 - ``beside_later_and_foreign``: besides them, ``--later`` ``test.noop`` jobs due an hour from
   now at a higher priority (first in the claim index's order, but not due), and ``--foreign``
   due jobs, older than the due ones, of a type no worker runs (``other.service``);
+- ``beside_rate_limited``: besides them, ``--rate-limited`` due jobs, older than the due ones,
+  of ``test.rated``, a type limited to 20 starts a second: its window is full after the first
+  claims, and its jobs wait;
 - ``beside_paused``: besides them, ``--paused`` due ``test.noop`` jobs, older than the due
   ones, in a queue an operator paused (``reports``): the backlog that grows during an incident;
 - ``beside_unreadable``: besides them, ``--unreadable`` due ``test.noop`` jobs, older than the
@@ -87,6 +91,9 @@ def beside(args: argparse.Namespace) -> dict[str, list[dict[str, object]]]:
                 "n": args.unreadable,
             },
         ],
+        "beside_rate_limited": [
+            {"type": "test.rated", "priority": 0, "offset": -3600.0, "n": args.rate_limited},
+        ],
         "beside_paused": [
             {"queue": PAUSED_QUEUE, "type": "test.noop", "priority": 0, "offset": -3600.0, "n": args.paused},
         ],
@@ -138,7 +145,7 @@ def run(name: str, rows: list[dict[str, object]], args: argparse.Namespace, url:
     due: tuple[int, int] | None = None
     for rep in range(args.reps):
         due = refill_due(args.due, due)
-        r = drain(args.due, worker, url, remaining_sql(*due))
+        r = drain(args.due, worker, url, remaining_sql(*due), others_run=name == "beside_rate_limited")
         runs.append(r)
         print(
             f"  {name} rep {rep + 1}: {r['jobs_per_s']} jobs/s, claim ms p50 {r['claim_ms_p50']}"
@@ -163,6 +170,7 @@ def main() -> None:
     add("--foreign", type=int, default=100_000, help="due jobs of a type no worker runs")
     add("--unreadable", type=int, default=1_000_000, help="due test.noop jobs of a newer payload version")
     add("--unreadable-version", type=int, default=2, help="their version (test.noop reads 1; default 2)")
+    add("--rate-limited", type=int, default=100_000, help="due jobs of a type limited to 20 starts/s")
     add("--paused", type=int, default=1_000_000, help="due test.noop jobs of a paused queue")
     add("--only", nargs="*", help="scenarios to run (alone is always run: the ratios divide by it)")
     add("--reps", type=int, default=3, help="drains per scenario (the median is printed)")

@@ -99,7 +99,8 @@ _CANDIDATE_COLUMNS = (
 _SCAN = (
     f"SELECT {_CANDIDATE_COLUMNS} FROM django_jobs_job"
     " WHERE {queue}type = k.type AND version = k.version AND status = 'pending' AND ready"
-    f" AND {_ROW_CONDITIONS} ORDER BY priority DESC, available_at, id LIMIT {{room}} FOR UPDATE SKIP LOCKED"
+    f" AND {_ROW_CONDITIONS} ORDER BY priority DESC, available_at, id"
+    " LIMIT {kind_room} FOR UPDATE SKIP LOCKED"
 )
 _MERGED = (
     f"SELECT s.* FROM ({_KINDS}) k CROSS JOIN LATERAL ({_SCAN}) s"
@@ -154,9 +155,9 @@ _CLAIM_TAIL = (
     f" (SELECT count(*) FROM ({_PAUSED_QUEUES}) p)::int, NULL, NULL, NULL, NULL, NULL,"
     " NULL, NULL, NULL, NULL, NULL, NULL, NULL, (SELECT count(*) FROM promoted)"
 )
-_CLAIM_ANY_QUEUE = (
-    f"WITH {_PROMOTE}candidates AS ({_MERGED} LIMIT %(limit)s)"
-).replace("{queue}", "").replace("{room}", "%(limit)s") + _CLAIM_TAIL
+_CLAIM_ANY_QUEUE = (f"WITH {_PROMOTE}candidates AS ({_MERGED} LIMIT %(limit)s)").replace(
+    "{queue}", ""
+) + _CLAIM_TAIL
 # A paused queue keeps its jobs pending, and its backlog grows while it is paused. A worker that
 # serves every queue scans django_jobs_ready, which holds the ready jobs of all queues by kind:
 # it would read a paused backlog through at every claim, to take none of it (a million paused
@@ -165,20 +166,20 @@ _CLAIM_ANY_QUEUE = (
 # django_jobs_ready_queue, for the (queue, type, version) that hold ready jobs. A loose index
 # scan lists those, one probe each: from one, it seeks to the next, stepping over a queue's
 # entries instead of reading them, and a paused queue is left out before its scan. Each probe
-# orders by the whole index prefix, so that only django_jobs_ready_queue yields that order.
+# orders by the whole index prefix, so that only django_jobs_ready_queue yields that order; the
+# walk starts from a row before any ('' is no queue's name), which matches no kind.
 _LIVE_KINDS = (
-    "live AS ((SELECT queue, type, version FROM django_jobs_job WHERE status = 'pending' AND ready"
-    " ORDER BY queue, type, version, priority DESC LIMIT 1) UNION ALL SELECT n.* FROM live l"
-    " CROSS JOIN LATERAL (SELECT queue, type, version FROM django_jobs_job WHERE status = 'pending'"
-    " AND ready AND (queue, type, version) > (l.queue, l.type, l.version)"
-    " ORDER BY queue, type, version, priority DESC LIMIT 1) n), "
+    "live AS (SELECT ''::text q, ''::text t, 0 v UNION ALL SELECT n.* FROM live l, LATERAL (SELECT"
+    " queue::text, type::text, version FROM django_jobs_job WHERE status = 'pending' AND ready"
+    " AND (queue, type, version) > (l.q, l.t, l.v) ORDER BY queue, type, version, priority DESC"
+    " LIMIT 1) n), "
 )
 _CLAIM_ANY_QUEUE_BESIDE_PAUSED = (
     f"WITH RECURSIVE {_PROMOTE}{_LIVE_KINDS}candidates AS (SELECT s.* FROM live l"
-    f" JOIN ({_KINDS}) k ON k.type = l.type AND k.version = l.version CROSS JOIN LATERAL ({_SCAN}) s"
-    f" WHERE l.queue NOT IN ({_PAUSED_QUEUES}) ORDER BY s.priority DESC, s.available_at, s.id"
+    f" JOIN ({_KINDS}) k ON k.type = l.t AND k.version = l.v CROSS JOIN LATERAL ({_SCAN}) s"
+    f" WHERE l.q NOT IN ({_PAUSED_QUEUES}) ORDER BY s.priority DESC, s.available_at, s.id"
     " LIMIT %(limit)s)"
-).replace("{queue}", "queue = l.queue AND ").replace("{room}", "%(limit)s") + _CLAIM_TAIL
+).replace("{queue}", "queue = l.q AND ") + _CLAIM_TAIL
 # With named queues, the kinds are scanned per queue, in the (queue, type, version, ...) index.
 # Each queue offers at most its `room` rows (its free slots, when the worker gives queues slots
 # of their own), and the queues take turns: the first row of each queue comes before the second
@@ -193,7 +194,7 @@ _CLAIM_NAMED_QUEUES = (
     f" SELECT x.*, row_number() OVER () AS rank FROM ({_MERGED} LIMIT q.room) x) c"
     f" WHERE q.name NOT IN ({_PAUSED_QUEUES})"
     " ORDER BY c.rank, q.turn LIMIT %(limit)s)"
-).replace("{queue}", "queue = q.name AND ").replace("{room}", "q.room") + _CLAIM_TAIL
+).replace("{queue}", "queue = q.name AND ") + _CLAIM_TAIL
 
 # ---- concurrency keys -----------------------------------------------------------------------
 #
@@ -234,6 +235,16 @@ _RATE_ROOM_FILTER = (
     f" AND type::text NOT IN (SELECT t FROM django_jobs_ratewindow JOIN {_RATE_LIMITS} ON t = type"
     " WHERE starts[cardinality(starts) - cap + 1] > now() - make_interval(secs => secs))"
 )
+# A rate-limited kind offers no more rows than its window has starts left: PostgreSQL computes
+# that once per kind, before the scan, and a kind with none left is not scanned at all (LIMIT 0
+# reads nothing). The test on each row alone would read the type's whole backlog, row by row, to
+# find that none may start; and while the window has room, the kind's backlog would fill the
+# batch with jobs the admission then drops.
+_RATE_KIND_ROOM = (
+    "least({room}, coalesce((SELECT greatest(r.cap - cardinality("
+    f"django_jobs_recent_starts(w.starts, r.secs)), 0) FROM {_RATE_LIMITS}"
+    " JOIN django_jobs_ratewindow w ON w.type = r.t WHERE r.t = k.type), {room}))"
+)
 _ADMIT_RATES = (
     ", next AS (SELECT id, start, position FROM chosen WHERE type::text <> ALL(%(rate_types)s::text[])"
     " OR start AND id = ANY((SELECT django_jobs_admit_starts(array_agg(id), array_agg(type),"
@@ -265,7 +276,7 @@ _OUTLOOK = """
 SELECT least(
     (SELECT min((SELECT 0.0::float8 FROM django_jobs_job
                  WHERE {ready_queue}type = k.type AND version = k.version AND status = 'pending' AND ready
-                   AND {row_conditions} ORDER BY priority DESC, available_at, id LIMIT 1))
+                   AND {row_conditions} ORDER BY priority DESC, available_at, id LIMIT {kind_room}))
      FROM {ready_kinds}),
     (SELECT extract(epoch FROM min((SELECT available_at FROM django_jobs_job
                  WHERE {queue}type = k.type AND version = k.version AND status = 'pending' AND NOT ready
@@ -277,8 +288,8 @@ _OF_QUEUES = f" CROSS JOIN unnest(%(queues)s::text[]) AS q(name) WHERE q.name NO
 # A worker of every queue while a queue is paused reads its ready jobs per queue and kind, as
 # its claim does (see _LIVE_KINDS), not through the paused backlog.
 _LIVE_READY_KINDS = (
-    "live l JOIN ({kinds}) k ON k.type = l.type AND k.version = l.version"
-    f" WHERE l.queue NOT IN ({_PAUSED_QUEUES})"
+    "live l JOIN ({kinds}) k ON k.type = l.t AND k.version = l.v"
+    f" WHERE l.q NOT IN ({_PAUSED_QUEUES})"
 )
 
 
@@ -327,20 +338,29 @@ class ClaimStatement:
         names = sorted(versions)
         leases = leases or {}
         oldest = oldest or {}
-        templates = [_CLAIM_NAMED_QUEUES] if queues else [_CLAIM_ANY_QUEUE, _CLAIM_ANY_QUEUE_BESIDE_PAUSED]
+        # Each statement with the room each kind's scan has: the claim's limit, or the queue's.
+        templates = (
+            [(_CLAIM_NAMED_QUEUES, "q.room")]
+            if queues
+            else [(_CLAIM_ANY_QUEUE, "%(limit)s"), (_CLAIM_ANY_QUEUE_BESIDE_PAUSED, "%(limit)s")]
+        )
         rates = {name: limit for name, limit in (rate_limits or {}).items() if name in versions}
         # The filters of keys and rate windows complete the row conditions; the rate-limit parts
         # are left out of a worker that needs none.
         room = _KEY_ROOM_FILTER + (_RATE_ROOM_FILTER if rates else "")
         admit_rates = _ADMIT_RATES if rates else _NO_RATES
+        kind_room = _RATE_KIND_ROOM if rates else "{room}"
         statements = [
-            template.replace("{room_filters}", room)
+            template.replace("{kind_room}", kind_room)
+            .replace("{room}", kind_rows)
+            .replace("{room_filters}", room)
             .replace("{admit_keys}", _ADMIT_KEYS)
             .replace("{admit_rates}", admit_rates)
-            for template in templates
+            for template, kind_rows in templates
         ]
         outlook = (
-            _OUTLOOK.replace("{of_queues}", _OF_QUEUES if queues else "")
+            _OUTLOOK.replace("{kind_room}", kind_room.replace("{room}", "1"))
+            .replace("{of_queues}", _OF_QUEUES if queues else "")
             .replace("{queue}", "queue = q.name AND " if queues else "")
             .replace("{row_conditions}", _ROW_CONDITIONS.replace("{room_filters}", room))
             .replace("{not_paused}", _NOT_PAUSED)
@@ -355,7 +375,7 @@ class ClaimStatement:
             if queues
             else "WITH RECURSIVE "
             + _LIVE_KINDS.removesuffix(", ")
-            + outlook.replace("{ready_queue}", "queue = l.queue AND ")
+            + outlook.replace("{ready_queue}", "queue = l.q AND ")
             .replace("{ready_kinds}", _LIVE_READY_KINDS)
             .replace("{kinds}", _KINDS)
         )
