@@ -292,6 +292,24 @@ class Settings:
         "A running job whose lease expired is a warning; one that expired more than this many "
         "`REAPER_INTERVAL` ago is critical: no reaper is running.",
     )
+    CHECK_HORIZON_WARNING = Setting(
+        300.0,
+        float,
+        seconds("django_jobs.E040"),
+        "`checkjobs`, the health check and the dashboard warn about a transaction of the jobs "
+        "database open longer than this (seconds) that holds the vacuum horizon back (a session "
+        "idle in transaction, a long report, a prepared transaction): no dead job row can be "
+        "removed while it lasts. See [scaling](scaling.md#a-held-vacuum-horizon).",
+    )
+    CHECK_HORIZON_XIDS = Setting(
+        1_000_000,
+        int,
+        positive_integer("django_jobs.E004"),
+        "… and about a holder whose age in time cannot be read (a standby's "
+        "`hot_standby_feedback`, an active replication slot, another role's session while the "
+        "reading role lacks `pg_read_all_stats`) once its snapshot is more than this many "
+        "transactions old. An inactive replication slot that holds the horizon is always reported.",
+    )
     METRICS_TOKEN = Setting(
         None,
         optional(str),

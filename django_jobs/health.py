@@ -28,10 +28,11 @@ except ImportError as exc:  # pragma: no cover - depends on the installed extras
 
 @dataclasses.dataclass
 class JobsHealthCheck(HealthCheck):  # type: ignore[misc]  # django-health-check ships no types
-    """Old backlogs, queues with due jobs that no live worker serves, stale running jobs."""
+    """Old backlogs, queues with due jobs that no live worker serves, stale running jobs, what
+    holds the vacuum horizon back."""
 
     #: Fail the endpoint on warnings too (a backlog over CHECK_OLDEST_DUE_WARNING, a few stale
-    #: running jobs the reaper has yet to take back).
+    #: running jobs the reaper has yet to take back, a transaction holding vacuum back).
     warnings_fail: bool = False
 
     def run(self) -> None:

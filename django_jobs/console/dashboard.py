@@ -13,6 +13,7 @@ from django.utils.safestring import SafeString, mark_safe
 
 from django_jobs.conf import jobs_settings
 from django_jobs.models import LiveWorker
+from django_jobs.observe import horizon
 from django_jobs.reads import dashboard as reads
 from django_jobs.reads.clock import database_now
 from django_jobs.reads.queues import QueueRow, queue_rows
@@ -34,6 +35,8 @@ class Dashboard:
     sla_breaches: list[dict[str, Any]]
     retention: list[dict[str, Any]]
     generated_at: dt.datetime
+    #: What holds the vacuum horizon back, as checkjobs names it: holder, remedy.
+    horizon: list[dict[str, Any]] = field(default_factory=list)
     charts: dict[str, SafeString] = field(default_factory=dict)
 
     @property
@@ -102,6 +105,7 @@ def build() -> Dashboard:
         sla_breaches=sla,
         retention=retention,
         generated_at=now,
+        horizon=[{"holder": h, "remedy": horizon.remedy(h)} for h in horizon.held_horizon()],
     )
     board.charts = {
         "throughput": throughput_chart(recent.throughput, now),

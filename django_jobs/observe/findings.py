@@ -10,7 +10,10 @@ Three questions, each a few index probes whatever the size of the job table:
 - a queue with due jobs that no live worker serves (critical): the live-worker rows;
 - running jobs whose lease expired and that no reaper took back: a warning, critical once the
   oldest expired more than ``CHECK_STALE_REAPER_INTERVALS`` × ``REAPER_INTERVAL`` ago (no
-  reaper is running). Counted up to ``COUNT_CAP`` through the ``django_jobs_running`` index.
+  reaper is running). Counted up to ``COUNT_CAP`` through the ``django_jobs_running`` index;
+- what holds the vacuum horizon of the jobs database back (``CHECK_HORIZON_WARNING``,
+  ``CHECK_HORIZON_XIDS``): a warning per holder, naming it (:mod:`django_jobs.observe.horizon`),
+  read from the server's views, not the job table.
 
 Paused queues are left out of the first two: their backlog waits for a person, on purpose. The
 statements are in :mod:`django_jobs.reads.findings`.
@@ -18,14 +21,17 @@ statements are in :mod:`django_jobs.reads.findings`.
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 from dataclasses import dataclass
 from typing import Any
 
 from django_jobs.conf import jobs_settings
 from django_jobs.models import Job, LiveWorker, Queue, silence_threshold
+from django_jobs.observe import horizon
 from django_jobs.reads import findings as reads
 from django_jobs.reads.clock import database_now
+from django_jobs.reads.horizon import Holder
 
 #: Counting stale running jobs stops here: "N+" is enough to act on.
 COUNT_CAP = 10_000
@@ -39,25 +45,32 @@ class Level(enum.StrEnum):
 @dataclass(frozen=True)
 class Finding:
     level: Level
-    #: Stable code: oldest_due, no_worker, stale_running.
+    #: Stable code: oldest_due, no_worker, stale_running, horizon_held.
     code: str
     message: str
     queue: str | None = None
-    #: The figure behind it: seconds (oldest_due, stale_running's oldest) or a count.
+    #: The figure behind it: seconds (oldest_due, stale_running's oldest, horizon_held where the
+    #: server says since when, else the snapshot's age in transactions) or a count.
     value: float | None = None
+    #: What the finding is about, for --json: a horizon holder's kind, name (pid, gid, slot),
+    #: user, application, state, seconds and transactions.
+    subject: dict[str, Any] | None = None
 
     @property
     def critical(self) -> bool:
         return self.level == Level.CRITICAL
 
     def as_dict(self) -> dict[str, Any]:
-        return {
+        found: dict[str, Any] = {
             "level": str(self.level),
             "code": self.code,
             "queue": self.queue,
             "value": self.value,
             "message": self.message,
         }
+        if self.subject is not None:
+            found["subject"] = self.subject
+        return found
 
 
 def find() -> list[Finding]:
@@ -74,6 +87,8 @@ def find() -> list[Finding]:
         findings.extend(_backlog(queue, age, live))
     if stale and stale_age is not None:
         findings.append(_stale(stale, stale_age))
+    findings.extend(_held(holder) for holder in horizon.held_horizon())
+    # Stable sort: the horizon's holders keep their order, the oldest snapshot first.
     return sorted(findings, key=lambda f: (not f.critical, f.code, f.queue or ""))
 
 
@@ -128,4 +143,16 @@ def _stale(count: int, age: float) -> Finding:
         f"{counted} running job(s) lost their lease, the oldest {age:.0f}s ago: the reaper takes "
         "them back on its next pass",
         value=round(age, 1),
+    )
+
+
+def _held(holder: Holder) -> Finding:
+    """A warning, never critical: jobs still run (slower as dead rows pile up), and ending
+    another's transaction is for a person to decide."""
+    return Finding(
+        Level.WARNING,
+        "horizon_held",
+        horizon.sentence(holder),
+        value=round(holder.held_seconds, 1) if holder.held_seconds is not None else holder.xid_age,
+        subject=dataclasses.asdict(holder),
     )

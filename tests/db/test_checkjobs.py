@@ -61,7 +61,8 @@ def test_nothing_wrong_says_ok_and_exits_zero() -> None:
     due(5)
     assert checkjobs() == (
         0,
-        "OK: no backlog over its threshold, every busy queue served, no stale job\n",
+        "OK: no backlog over its threshold, every busy queue served, no stale job, "
+        "nothing holds vacuum back\n",
     )
 
 

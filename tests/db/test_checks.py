@@ -57,6 +57,10 @@ def test_valid_retention_and_queue_pass() -> None:
         ({"CHECK_OLDEST_DUE_WARNING": 0}, ["django_jobs.E040"]),
         ({"CHECK_OLDEST_DUE_CRITICAL": "30m"}, ["django_jobs.E040"]),
         ({"CHECK_STALE_REAPER_INTERVALS": float("inf")}, ["django_jobs.E040"]),
+        ({"CHECK_HORIZON_WARNING": -5}, ["django_jobs.E040"]),
+        ({"CHECK_HORIZON_WARNING": "5 minutes"}, ["django_jobs.E040"]),
+        ({"CHECK_HORIZON_XIDS": 0}, ["django_jobs.E004"]),
+        ({"CHECK_HORIZON_XIDS": 1e6}, ["django_jobs.E004"]),  # a count, not a float
         ({"CHECK_OLDEST_DUE_WARNING": 600, "CHECK_OLDEST_DUE_CRITICAL": 60}, ["django_jobs.E041"]),
         ({"CHECK_OLDEST_DUE_WARNING": 1800}, ["django_jobs.E041"]),  # equal to the default critical
         ({"SENSITIVE_PAYLOAD_KEYS": "token"}, ["django_jobs.E011"]),  # a string, not a list of them

@@ -13,8 +13,8 @@ from django_jobs.schema import require_migrated
 
 class Command(BaseCommand):
     help = (
-        "Report old backlogs, queues no live worker serves and stale running jobs; exit 1 when a "
-        "finding is critical, 0 otherwise."
+        "Report old backlogs, queues no live worker serves, stale running jobs and what holds the "
+        "vacuum horizon back; exit 1 when a finding is critical, 0 otherwise."
     )
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
@@ -29,7 +29,10 @@ class Command(BaseCommand):
             for finding in findings:
                 self.stdout.write(f"{finding.level.upper()}: {finding.message}")
             if not findings:
-                self.stdout.write("OK: no backlog over its threshold, every busy queue served, no stale job")
+                self.stdout.write(
+                    "OK: no backlog over its threshold, every busy queue served, no stale job, "
+                    "nothing holds vacuum back"
+                )
         if any(f.critical for f in findings):
             # An exit status, not an exception: the output above is the report, not an error.
             self.stdout.flush()
