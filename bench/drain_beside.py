@@ -65,7 +65,7 @@ _FILL = (
     " attempts, max_attempts, unique_key, on_lost, concurrency_key, concurrency_limit, on_lost_in_call)"
     " SELECT %(queue)s, %(type)s, %(version)s, '{}'::jsonb, 'pending', %(priority)s,"
     " now() + make_interval(secs => %(offset)s) + make_interval(secs => g * 0.000001), 0, 5, NULL,"
-    " 'retry', NULL, NULL, NULL FROM generate_series(1, %(n)s) g"
+    " 'retry', %(key)s, %(key_limit)s, NULL FROM generate_series(1, %(n)s) g"
 )
 # The due jobs, and the id range the poll counts.
 _FILL_DUE = f"WITH made AS ({_FILL} RETURNING id) SELECT min(id), max(id), count(*) FROM made"
@@ -94,6 +94,16 @@ def beside(args: argparse.Namespace) -> dict[str, list[dict[str, object]]]:
         "beside_rate_limited": [
             {"type": "test.rated", "priority": 0, "offset": -3600.0, "n": args.rate_limited},
         ],
+        "beside_busy_key": [
+            {
+                "type": "test.keyed",
+                "priority": 0,
+                "offset": -3600.0,
+                "n": args.busy_key,
+                "key": "tenant-1",
+                "key_limit": 2,
+            },
+        ],
         "beside_paused": [
             {"queue": PAUSED_QUEUE, "type": "test.noop", "priority": 0, "offset": -3600.0, "n": args.paused},
         ],
@@ -115,7 +125,7 @@ def refill_due(n: int, previous: tuple[int, int] | None) -> tuple[int, int]:
         for table in ("django_jobs_jobevent", "django_jobs_externalcall"):
             execute(f"DELETE FROM {table} WHERE job_id BETWEEN %(lo)s AND %(hi)s", {"lo": lo, "hi": hi})
         execute("DELETE FROM django_jobs_job WHERE id BETWEEN %(lo)s AND %(hi)s", {"lo": lo, "hi": hi})
-    lo, hi, count = execute(_FILL_DUE, {**_DUE, "n": n})
+    lo, hi, count = execute(_FILL_DUE, {**_DUE, "key": None, "key_limit": None, "n": n})
     assert count == n == hi - lo + 1, (lo, hi, count)
     execute("VACUUM ANALYZE django_jobs_job")
     return lo, hi
@@ -133,7 +143,7 @@ def run(name: str, rows: list[dict[str, object]], args: argparse.Namespace, url:
     execute("TRUNCATE django_jobs_job, django_jobs_jobevent RESTART IDENTITY CASCADE")
     execute("DELETE FROM django_jobs_queue_state")
     for fill in rows:
-        execute(_FILL, {"queue": "default", "version": 1, **fill})
+        execute(_FILL, {"queue": "default", "version": 1, "key": None, "key_limit": None, **fill})
         if fill.get("queue") == PAUSED_QUEUE:
             execute(
                 "INSERT INTO django_jobs_queue_state (name, paused_at, paused_by, reason)"
@@ -145,7 +155,13 @@ def run(name: str, rows: list[dict[str, object]], args: argparse.Namespace, url:
     due: tuple[int, int] | None = None
     for rep in range(args.reps):
         due = refill_due(args.due, due)
-        r = drain(args.due, worker, url, remaining_sql(*due), others_run=name == "beside_rate_limited")
+        r = drain(
+            args.due,
+            worker,
+            url,
+            remaining_sql(*due),
+            others_run=name in ("beside_rate_limited", "beside_busy_key"),
+        )
         runs.append(r)
         print(
             f"  {name} rep {rep + 1}: {r['jobs_per_s']} jobs/s, claim ms p50 {r['claim_ms_p50']}"
@@ -171,6 +187,7 @@ def main() -> None:
     add("--unreadable", type=int, default=1_000_000, help="due test.noop jobs of a newer payload version")
     add("--unreadable-version", type=int, default=2, help="their version (test.noop reads 1; default 2)")
     add("--rate-limited", type=int, default=100_000, help="due jobs of a type limited to 20 starts/s")
+    add("--busy-key", type=int, default=100_000, help="due jobs of one concurrency key (limit 2)")
     add("--paused", type=int, default=1_000_000, help="due test.noop jobs of a paused queue")
     add("--only", nargs="*", help="scenarios to run (alone is always run: the ratios divide by it)")
     add("--reps", type=int, default=3, help="drains per scenario (the median is printed)")
