@@ -68,9 +68,10 @@ def reset_connections() -> None:
     that broke, was left in a transaction, or outlived a positive ``CONN_MAX_AGE``.
     """
     jobs_connection_ok = False
+    jobs_alias = jobs_settings.DATABASE  # read once: a setting is looked up at every access
     for connection in connections.all(initialized_only=True):
         if connection.connection is not None and _keep(connection):
-            jobs_connection_ok = jobs_connection_ok or connection.alias == jobs_settings.DATABASE
+            jobs_connection_ok = jobs_connection_ok or connection.alias == jobs_alias
     _thread.jobs_connection_ok = jobs_connection_ok
 
 

@@ -43,19 +43,23 @@ STUCK_GRACE = 1.0
 
 
 def lease_for(
-    claim: Claim, job_type: JobType, worker_id: str | None = None, sent_at: float | None = None
+    claim: Claim,
+    job_type: JobType,
+    worker_id: str | None = None,
+    sent_at: float | None = None,
+    duration: float | None = None,
 ) -> Lease:
     """The lease of a claimed execution, on its type's terms, held by worker ``worker_id``.
 
     ``sent_at`` is the monotonic time just before the claim was sent: the database's lease
     started after it, so a lease counted from it never outlasts the database's (see
-    ``Lease.held_until``).
+    ``Lease.held_until``). ``duration`` is the lease the claim gave (default: the type's).
     """
     claimed = time.monotonic() if sent_at is None else sent_at
     return Lease(
         claim.id,
         claim.execution_id,
-        job_type.lease,
+        job_type.lease if duration is None else duration,
         beats=job_type.heartbeat,
         timeout=job_type.timeout,
         counted=claim.counted,

@@ -76,11 +76,14 @@ class Producer:
         self._stats = stats
         self._stopping = stopping
         self._wake = wake
+        # The lease each type's claims get, read once: the claim statement gives them, and a
+        # lease read from the settings per claimed job cost more than the rest of its Lease.
+        self._leases = {name: t.lease for name, t in job_types.items()}
         self.statement = ClaimStatement(
             worker_id,
             self._queues,
             versions={name: t.version for name, t in job_types.items()},
-            leases={name: t.lease for name, t in job_types.items()},
+            leases=self._leases,
             oldest={name: t.oldest_readable_version for name, t in job_types.items()},
             rate_limits={name: t.rate_limit for name, t in job_types.items() if t.rate_limit},
         )
@@ -164,7 +167,8 @@ class Producer:
         return len(claims)
 
     def lease_for(self, claim: Claim, sent_at: float | None = None) -> Lease:
-        return lease_for(claim, self._job_types[claim.type], self._worker_id, sent_at)
+        job_type = claim.type
+        return lease_for(claim, self._job_types[job_type], self._worker_id, sent_at, self._leases[job_type])
 
     def claim_target(self) -> int:
         """How many jobs to hold: one per live slot, plus what the slots that should free up

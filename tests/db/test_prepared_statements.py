@@ -91,3 +91,21 @@ def test_a_prepared_statement_is_logged_with_its_text(prepared: None) -> None:
         enqueue("test.noop", {"n": 1})  # runs it prepared
     assert len(queries) == 1
     assert queries[0]["sql"].startswith("INSERT INTO django_jobs_job"), queries[0]["sql"]
+
+
+def test_a_prepared_claim_prepares_the_claim_alone_and_claims_from_its_plan(
+    unprepared: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from django_jobs.transitions import execution
+
+    monkeypatch.setattr(execution, "PREPARE_CLAIM", True)
+    ended: list[Job] = []
+    for round_ in range(7):  # past the server's five custom plans: the later rounds may run a generic one
+        created = {job.id for job in enqueue_many("test.noop", [{"round": round_, "n": n} for n in range(2)])}
+        while (job := run_one()) is not None:
+            ended.append(job)
+        assert created <= {job.id for job in ended}
+    assert len(ended) == 14
+    assert {job.status for job in ended} == {JobStatus.COMPLETED}
+    statements = prepared_statements()
+    assert statements and all("FOR UPDATE SKIP LOCKED" in statement for statement in statements), statements

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import logging
 import os
@@ -212,6 +213,10 @@ class Command(BaseCommand):
         )
         if server is not None:
             server.start(worker.liveness)
+        # What start-up built (Django, the apps, the registry) lives as long as the process: out
+        # of the collector's generations, a full collection no longer walks it all again while
+        # the claims and outcomes of a busy worker fill the young generations.
+        gc.freeze()
         try:
             worker.run()
         finally:
