@@ -107,6 +107,7 @@ def check_database(app_configs: Sequence[AppConfig] | None = None, **kwargs: Any
             )
         )
     messages.extend(_check_routing(alias))
+    messages.extend(_check_prepared_statements(alias))
     if alias != "default":
         messages.append(
             Warning(
@@ -119,6 +120,26 @@ def check_database(app_configs: Sequence[AppConfig] | None = None, **kwargs: Any
             )
         )
     return messages
+
+
+def _check_prepared_statements(alias: str) -> list[CheckMessage]:
+    """Prepared statements forced on for an alias that says it is pooled in transaction mode:
+    a statement prepared on one server connection is missing on the next (the enqueue fails),
+    or another client's statement of the same name runs instead."""
+    if user_settings().get("PREPARED_STATEMENTS") is not True:
+        return []
+    if not connections[alias].settings_dict.get("DISABLE_SERVER_SIDE_CURSORS"):
+        return []
+    return [
+        Warning(
+            f"DJANGO_JOBS['PREPARED_STATEMENTS'] is True, but database {alias!r} sets "
+            "DISABLE_SERVER_SIDE_CURSORS, Django's setting for a transaction-mode pooler, where "
+            "prepared statements fail or run another client's statement.",
+            hint="Leave PREPARED_STATEMENTS at None (off for such an alias) unless the pooler "
+            "supports prepared statements (PgBouncer 1.21+ with max_prepared_statements).",
+            id="django_jobs.W002",
+        )
+    ]
 
 
 def _check_routing(alias: str) -> list[CheckMessage]:

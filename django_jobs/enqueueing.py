@@ -36,7 +36,7 @@ from django_jobs.enqueue_options import (
 from django_jobs.models import Job
 from django_jobs.observe import metrics
 from django_jobs.transitions import enqueue as enqueue_sql
-from django_jobs.transitions.cursor import django_bound_cursor
+from django_jobs.transitions.cursor import django_bound_cursor, prepares_statements
 
 # The key and type aliases and encode_payload are defined with the validation, importable here.
 __all__ = ["ConcurrencyKey", "TypeRef", "UniqueKey", "capture", "encode_payload", "enqueue", "enqueue_many"]
@@ -146,7 +146,7 @@ def _insert(options: Options, items: list[Item]) -> list[Job]:
     # One INSERT is atomic by itself; several (a large enqueue_many) share a transaction, so
     # the call is all or nothing even in autocommit mode.
     atomic = transaction.atomic(using=alias) if len(items) > enqueue_sql.ROWS_PER_INSERT else nullcontext()
-    with atomic, django_bound_cursor(alias) as cursor:
+    with atomic, django_bound_cursor(alias, prepare=prepares_statements(alias)) as cursor:
         # Rows without a key first: none of them can be dropped by ON CONFLICT, so RETURNING
         # lines up with them one to one; keyed rows are matched by their key.
         todo = [i for i, item in enumerate(items) if item.unique_key is None]
@@ -225,7 +225,7 @@ def _job_maker(alias: str, options: Options) -> Callable[[Item, tuple[Any, ...]]
 
     The fields every job of the call shares are laid out once; each job adds its own.
     """
-    shared = {name: _LEFT_TO_DEFAULTS[name] for name in _ATTNAMES}
+    shared = dict(_LEFT_TO_DEFAULTS)  # in the order of _ATTNAMES
     shared.update(
         queue=options.queue,
         type=options.type,

@@ -20,6 +20,8 @@ from typing import Any
 import psycopg
 from django.db import connections
 
+from django_jobs.conf import jobs_settings
+
 
 @contextmanager
 def bound_cursor(alias: str) -> Iterator[psycopg.Cursor]:
@@ -30,25 +32,73 @@ def bound_cursor(alias: str) -> Iterator[psycopg.Cursor]:
             yield cursor
 
 
+#: A prepare_threshold no statement reaches by being run: only those asked for are prepared.
+_NEVER_BY_COUNT = 2**62
+
+
 class _QueryKeepingCursor(psycopg.Cursor[Any]):
     """Keeps the statement it ran where Django's query log reads it (``cursor._query``), also
-    when psycopg ran it as a prepared statement (``OPTIONS["prepare_threshold"]``): psycopg
-    leaves it unset then, and Django would log the statement as ``None``."""
+    when psycopg ran it as a prepared statement: psycopg leaves it unset then, and Django would
+    log the statement as ``None``.
+
+    ``prepare`` is psycopg's ``execute(prepare=…)`` for every statement of this cursor (Django's
+    ``execute()`` has no such argument): True prepares them, False never, None leaves it to the
+    connection's ``prepare_threshold``. psycopg prepares nothing on a connection whose threshold
+    is None (Django's default), whatever ``execute()`` asks: for a statement to prepare, the
+    threshold is lifted while that statement runs, so the connection's other statements stay
+    unprepared, and the statements prepared stay known to psycopg (a rollback deallocates them).
+    """
+
+    def __init__(self, connection: psycopg.Connection[Any], *, prepare: bool | None = None) -> None:
+        super().__init__(connection)
+        self._prepare_statements = prepare
 
     def _maybe_prepare_gen(self, pgq: Any, *, prepare: bool | None = None, binary: bool | None = None) -> Any:
         self._query = pgq
-        return (yield from super()._maybe_prepare_gen(pgq, prepare=prepare, binary=binary))
+        if prepare is None:
+            prepare = self._prepare_statements
+        manager = self._conn._prepared
+        if not prepare or manager.prepare_threshold is not None:
+            return (yield from super()._maybe_prepare_gen(pgq, prepare=prepare, binary=binary))
+        manager.prepare_threshold = _NEVER_BY_COUNT
+        try:
+            return (yield from super()._maybe_prepare_gen(pgq, prepare=True, binary=binary))
+        finally:
+            manager.prepare_threshold = None
 
 
-def django_bound_cursor(alias: str) -> Any:
+def prepares_statements(alias: str) -> bool | None:
+    """Whether django_jobs prepares its own statements on ``alias``'s connection
+    (``PREPARED_STATEMENTS``): True, False, or None for psycopg's rule (``prepare_threshold``).
+
+    By default they are, unless the alias looks pooled in transaction mode: there a statement
+    prepared on one server connection is missing on the next, or another client's statement of
+    the same name runs instead. Django's setting for transaction pooling is
+    ``DISABLE_SERVER_SIDE_CURSORS``; an explicit ``OPTIONS["prepare_threshold"]`` is the
+    project's own choice for the connection, and psycopg applies it.
+    """
+    chosen: bool | None = jobs_settings.PREPARED_STATEMENTS
+    if chosen is not None:
+        return chosen
+    database = connections[alias].settings_dict
+    if database.get("DISABLE_SERVER_SIDE_CURSORS"):
+        return False
+    if "prepare_threshold" in (database.get("OPTIONS") or {}):
+        return None
+    return True
+
+
+def django_bound_cursor(alias: str, *, prepare: bool | None = None) -> Any:
     """A server-binding cursor wrapped as Django wraps its own: for statements a web request runs.
 
     Unlike :func:`bound_cursor`, its statements pass through the connection's execute wrappers
     (tracing, ``django.db.connection.execute_wrapper``) and are logged with the request's queries
     under ``DEBUG`` (the debug toolbar, ``CaptureQueriesContext``), as an ORM statement would be.
+    ``prepare``: as :class:`_QueryKeepingCursor`'s; the connection itself is left as it is.
     """
     connection = connections[alias]
     with connection.wrap_database_errors:
         connection.ensure_connection()
+        cursor = _QueryKeepingCursor(connection.connection, prepare=prepare)
         # The wrapping Django's own connection.cursor() applies (debug log, execute wrappers).
-        return connection._prepare_cursor(_QueryKeepingCursor(connection.connection))  # type: ignore[attr-defined]
+        return connection._prepare_cursor(cursor)  # type: ignore[attr-defined]

@@ -492,23 +492,10 @@ def claim(
     return claims
 
 
-#: Whether the claim runs as a server-side prepared statement on the claim loop's connection,
-#: prepared at its first run, whatever the connection's ``prepare_threshold`` (off, Django's
-#: default, leaves every statement unprepared). That saves the claim's planning, ~1 ms a claim,
-#: but a prepared statement lives on one server connection: behind a transaction-mode pooler
-#: that does not keep prepared statements, the next claim may land on a server that never saw it.
-PREPARE_CLAIM = False
-#: The threshold a connection without one gets for a prepared claim: psycopg then prepares what
-#: asks for it (the claim) and nothing else.
-_PREPARE_ASKED_ONLY = 2**31 - 1
-
-
 def _claim_once(statement: ClaimStatement, params: dict[str, Any]) -> tuple[list[Claim], int]:
     """One claim statement: the jobs it claimed, and how many it promoted."""
     with bound_cursor(jobs_settings.DATABASE) as cursor:
-        if PREPARE_CLAIM and cursor.connection.prepare_threshold is None:
-            cursor.connection.prepare_threshold = _PREPARE_ASKED_ONLY
-        cursor.execute(statement.sql, params, prepare=True if PREPARE_CLAIM else None)
+        cursor.execute(statement.sql, params)
         rows = cursor.fetchall()
     (counts,) = [row for row in rows if row[0] is None]  # queues paused, in the version column
     promoted = counts[-1]

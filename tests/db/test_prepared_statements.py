@@ -1,4 +1,7 @@
-"""With psycopg's prepared statements on (Django's ``OPTIONS["prepare_threshold"]``, see
+"""Prepared statements. By default (``PREPARED_STATEMENTS = None``) enqueue's INSERTs are
+prepared on the caller's connection and nothing else is, unless the alias looks pooled in
+transaction mode (``DISABLE_SERVER_SIDE_CURSORS``) or sets ``prepare_threshold`` itself. With
+psycopg's prepared statements on for the whole connection (``OPTIONS["prepare_threshold"]``, see
 docs/scaling.md), django_jobs' own statements are the ones prepared, and prepared they do what
 they do unprepared: enqueue one and many, find a unique key's holder, claim, write outcomes."""
 
@@ -8,10 +11,14 @@ import contextlib
 from collections.abc import Iterator
 
 import pytest
-from django.db import connections
+from django.conf import settings
+from django.core.checks import Warning
+from django.db import connections, transaction
+from django.test import override_settings
 from django.test.utils import CaptureQueriesContext
 
 from django_jobs import enqueue, enqueue_many
+from django_jobs.checks import check_database
 from django_jobs.conf import jobs_settings
 from django_jobs.models import Job
 from django_jobs.states import JobStatus
@@ -73,14 +80,105 @@ def test_each_statement_runs_prepared_and_again_from_its_prepared_plan(prepared:
         assert any(fragment in statement for statement in statements), (fragment, statements)
 
 
-def test_without_a_threshold_nothing_is_prepared(unprepared: None) -> None:
-    # No statement of ours asks for preparation by itself (no prepare=True).
+@contextlib.contextmanager
+def jobs_setting(name: str, value: object) -> Iterator[None]:
+    with override_settings(DJANGO_JOBS={**settings.DJANGO_JOBS, name: value}):
+        yield
+
+
+@contextlib.contextmanager
+def alias_setting(name: str, value: object) -> Iterator[None]:
+    """The jobs alias's Django settings with ``name`` set, as a project would declare them."""
+    database = connections[jobs_settings.DATABASE].settings_dict
+    missing = object()
+    before = database.get(name, missing)
+    database[name] = value
+    try:
+        yield
+    finally:
+        if before is missing:
+            del database[name]
+        else:
+            database[name] = before
+
+
+def enqueue_each_way() -> None:
     for n in range(6):  # past psycopg's default threshold of 5
         enqueue("test.noop", {"n": n})
+    enqueue("test.noop", {"keyed": True}, unique_key="prepared:key")
     enqueue_many("test.noop", [{"n": n} for n in range(6)])
-    while run_one() is not None:
+    enqueue_many("test.noop", [{"n": n} for n in range(3)], unique_key=lambda payload: f"k{payload['n']}")
+
+
+def test_by_default_the_inserts_alone_are_prepared(unprepared: None) -> None:
+    enqueue_each_way()
+    while run_one() is not None:  # the worker's statements (claim, outcomes) stay unprepared
         pass
+    statements = prepared_statements()
+    assert len(statements) == 4, statements  # one and many, each with and without ON CONFLICT
+    inserts = ("INSERT INTO django_jobs_job", "WITH made AS (INSERT INTO django_jobs_job")
+    assert all(statement.startswith(inserts) for statement in statements), statements
+    assert sum("ON CONFLICT" in statement for statement in statements) == 2
+    # The connection itself is as Django opened it.
+    assert connections[jobs_settings.DATABASE].connection.prepare_threshold is None
+
+
+def test_a_prepared_insert_is_logged_with_its_text_by_default(unprepared: None) -> None:
+    connection = connections[jobs_settings.DATABASE]
+    enqueue("test.noop", {"n": 0})  # prepares the INSERT
+    with CaptureQueriesContext(connection) as queries:
+        job = enqueue("test.noop", {"n": 1})  # runs it prepared
+    assert [query["sql"][:27] for query in queries] == ["INSERT INTO django_jobs_job"]
+    assert Job.objects.get(id=job.id).payload == {"n": 1}
+    assert len(prepared_statements()) == 1
+
+
+def test_turned_off_nothing_is_prepared(unprepared: None) -> None:
+    with jobs_setting("PREPARED_STATEMENTS", False):
+        enqueue_each_way()
     assert prepared_statements() == []
+
+
+def test_behind_a_transaction_pooler_nothing_is_prepared(unprepared: None) -> None:
+    # DISABLE_SERVER_SIDE_CURSORS is Django's setting for PgBouncer in transaction mode.
+    with alias_setting("DISABLE_SERVER_SIDE_CURSORS", True):
+        enqueue_each_way()
+        assert prepared_statements() == []
+        assert check_database() == []
+
+
+def test_the_connections_own_threshold_rules_when_the_project_sets_one(unprepared: None) -> None:
+    with alias_setting("OPTIONS", {"prepare_threshold": None}):
+        enqueue_each_way()
+    assert prepared_statements() == []
+
+
+def test_turned_on_it_prepares_even_behind_a_pooler_and_the_check_warns(unprepared: None) -> None:
+    with alias_setting("DISABLE_SERVER_SIDE_CURSORS", True), jobs_setting("PREPARED_STATEMENTS", True):
+        enqueue("test.noop", {"n": 0})
+        assert len(prepared_statements()) == 1
+        (warning,) = check_database()
+    assert isinstance(warning, Warning) and warning.id == "django_jobs.W002"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_rolled_back_transaction_leaves_the_next_enqueue_working(unprepared: None) -> None:
+    """psycopg deallocates its prepared statements at a rollback: the next call prepares again,
+    and a savepoint rolled back around a prepared INSERT leaves it usable."""
+    kept = enqueue("test.noop", {"n": 0})
+    with pytest.raises(RuntimeError), transaction.atomic():
+        enqueue("test.noop", {"n": 1})
+        raise RuntimeError("the view failed")
+    assert prepared_statements() == []  # deallocated with the rollback
+    with transaction.atomic():
+        again = enqueue("test.noop", {"n": 2})
+        with pytest.raises(RuntimeError), transaction.atomic():
+            enqueue("test.noop", {"n": 3})
+            raise RuntimeError("the inner block failed")
+        after = enqueue("test.noop", {"n": 4})
+    assert sorted(Job.objects.values_list("payload__n", flat=True)) == [0, 2, 4]
+    assert {kept.id, again.id, after.id} == set(Job.objects.values_list("id", flat=True))
+    assert len(prepared_statements()) == 1
 
 
 def test_a_prepared_statement_is_logged_with_its_text(prepared: None) -> None:
@@ -91,21 +189,3 @@ def test_a_prepared_statement_is_logged_with_its_text(prepared: None) -> None:
         enqueue("test.noop", {"n": 1})  # runs it prepared
     assert len(queries) == 1
     assert queries[0]["sql"].startswith("INSERT INTO django_jobs_job"), queries[0]["sql"]
-
-
-def test_a_prepared_claim_prepares_the_claim_alone_and_claims_from_its_plan(
-    unprepared: None, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    from django_jobs.transitions import execution
-
-    monkeypatch.setattr(execution, "PREPARE_CLAIM", True)
-    ended: list[Job] = []
-    for round_ in range(7):  # past the server's five custom plans: the later rounds may run a generic one
-        created = {job.id for job in enqueue_many("test.noop", [{"round": round_, "n": n} for n in range(2)])}
-        while (job := run_one()) is not None:
-            ended.append(job)
-        assert created <= {job.id for job in ended}
-    assert len(ended) == 14
-    assert {job.status for job in ended} == {JobStatus.COMPLETED}
-    statements = prepared_statements()
-    assert statements and all("FOR UPDATE SKIP LOCKED" in statement for statement in statements), statements

@@ -210,7 +210,7 @@ def test_enqueue_inserts_its_jobs_pending_and_nothing_else() -> None:
     """A job is born pending, and the scan sees it (so it would see another status): both
     INSERTs of enqueue, in transitions/enqueue.py, each writing 'pending'."""
     (enqueue,) = [s for s in sources() if s.path == "transitions/enqueue.py"]
-    assert sorted(sql_status_writes(enqueue)) == [("INSERT_MANY", "'pending'"), ("INSERT_ONE", "'pending'")]
+    assert sorted(sql_status_writes(enqueue)) == [("_INSERT_MANY", "'pending'"), ("_INSERT_ONE", "'pending'")]
 
 
 @pytest.mark.parametrize(
@@ -255,8 +255,8 @@ def test_the_sql_scan_catches_each_way_of_writing_a_status(sql: str, written: li
 #: the Outcomes and Recoveries it is given: after an execution, only those.
 ARROWS = {
     # A job is born pending (enqueue, enqueue_many).
-    ("transitions/enqueue.py", "INSERT_MANY"): "'pending'",
-    ("transitions/enqueue.py", "INSERT_ONE"): "'pending'",
+    ("transitions/enqueue.py", "_INSERT_MANY"): "'pending'",
+    ("transitions/enqueue.py", "_INSERT_ONE"): "'pending'",
     ("transitions/execution.py", "_CLAIM_TAIL"): "'running'",
     # Only for outcomes whose status is completed (see _plain_success): the decision's.
     ("transitions/outcomes.py", "_COMPLETE"): "'completed'",
