@@ -4,7 +4,7 @@ import argparse
 import json
 import logging
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.core.management.base import BaseCommand, CommandError
 
@@ -12,11 +12,14 @@ from django_jobs import logs
 from django_jobs.conf import jobs_settings
 from django_jobs.names import QUEUE_RE
 from django_jobs.observe import metrics
-from django_jobs.observe.probes import HealthFile, ProbeError, ProbeServer
+from django_jobs.observe.probes import HealthFile, ProbeError
 from django_jobs.registry import registry
 from django_jobs.runtime import connectivity
 from django_jobs.runtime.worker import POOLS, Worker
 from django_jobs.schema import require_migrated
+
+if TYPE_CHECKING:
+    from django_jobs.observe.probe_server import ProbeServer
 
 #: Each execution slot holds a database connection (and a thread or a process) for the life of
 #: the worker; PostgreSQL's max_connections is 100 by default. More throughput comes from more
@@ -248,6 +251,9 @@ class Command(BaseCommand):
                 )
             # The _created series of every counter would double a worker's output for nothing.
             metrics.disable_created_series()
+            # Imported here: a worker without the port does not load http.server.
+            from django_jobs.observe.probe_server import ProbeServer
+
             try:
                 server = ProbeServer(
                     options["metrics_host"], options["metrics_port"], token=jobs_settings.METRICS_TOKEN
