@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
+from collections.abc import Iterable
 
-from django.conf import settings
+from django.apps import apps
 from django.core.management.base import CommandError
 from django.db import DatabaseError, connections
 from django.db.backends.base.base import BaseDatabaseWrapper
@@ -30,7 +31,7 @@ def unapplied_migrations(alias: str) -> list[str] | None:
     connection = connections[alias]
     opened_here = connection.connection is None
     try:
-        if _all_recorded(connection):
+        if all_recorded(connection, ["django_jobs"]):
             return []
         # Imported here: loading every app's migrations costs a worker ~1 MB it would keep for
         # its life, and is only needed to name what is missing.
@@ -49,25 +50,33 @@ def unapplied_migrations(alias: str) -> list[str] | None:
     return [f"{migration.app_label}.{migration.name}" for migration, backwards in plan if not backwards]
 
 
-def _all_recorded(connection: BaseDatabaseWrapper) -> bool:
-    """Whether every migration file of django_jobs is recorded as applied: one query, without
-    importing a migration. False sends the caller to the full plan (a squashed migration, say,
-    whose replaced ones were applied, is judged there)."""
-    package = settings.MIGRATION_MODULES.get("django_jobs", "django_jobs.migrations")
-    if package is None:
-        return False
-    names = {
-        name
-        for _, name, is_pkg in pkgutil.iter_modules(importlib.import_module(package).__path__)
-        if not is_pkg and name[0] not in "_~"  # what Django's MigrationLoader counts
-    }
+def all_recorded(connection: BaseDatabaseWrapper, app_labels: Iterable[str] | None = None) -> bool:
+    """Whether every migration file of the apps ``app_labels`` (default: every installed app)
+    is recorded as applied in ``connection``'s database: one query, and no migration imported.
+    False does not say that one is missing: it sends the caller to Django's full plan (which
+    judges, say, a squashed migration whose replaced ones were applied)."""
+    from django.db.migrations.loader import MigrationLoader
+
+    labels = [config.label for config in apps.get_app_configs()] if app_labels is None else app_labels
+    on_disk: set[tuple[str, str]] = set()
+    for label in labels:
+        package, _ = MigrationLoader.migrations_module(label)
+        if package is None:
+            continue
+        try:
+            module = importlib.import_module(package)
+        except ModuleNotFoundError:
+            continue  # an app without migrations, as Django's loader sees it
+        # The files Django's MigrationLoader counts as migrations.
+        names = pkgutil.iter_modules(getattr(module, "__path__", []))
+        on_disk.update((label, name) for _, name, is_pkg in names if not is_pkg and name[0] not in "_~")
     with connection.cursor() as cursor:
         cursor.execute("SELECT to_regclass('django_migrations') IS NOT NULL")
         if not cursor.fetchone()[0]:
             return False
-        cursor.execute("SELECT name FROM django_migrations WHERE app = 'django_jobs'")
-        recorded = {name for (name,) in cursor.fetchall()}
-    return names <= recorded
+        cursor.execute("SELECT app, name FROM django_migrations")
+        recorded = set(cursor.fetchall())
+    return on_disk <= recorded
 
 
 def require_migrated(alias: str | None = None) -> None:
