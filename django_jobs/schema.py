@@ -71,8 +71,8 @@ def all_recorded(connection: BaseDatabaseWrapper, app_labels: Iterable[str] | No
         names = pkgutil.iter_modules(getattr(module, "__path__", []))
         on_disk.update((label, name) for _, name, is_pkg in names if not is_pkg and name[0] not in "_~")
     with connection.cursor() as cursor:
-        cursor.execute("SELECT to_regclass('django_migrations') IS NOT NULL")
-        if not cursor.fetchone()[0]:
+        # As Django's MigrationRecorder asks, so that a default database of another vendor works.
+        if "django_migrations" not in connection.introspection.table_names(cursor):
             return False
         cursor.execute("SELECT app, name FROM django_migrations")
         recorded = set(cursor.fetchall())
