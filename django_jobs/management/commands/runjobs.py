@@ -7,7 +7,6 @@ import os
 from typing import TYPE_CHECKING, Any
 
 from django.core.management.base import BaseCommand, CommandError
-from django.db import DEFAULT_DB_ALIAS, DatabaseError, connections
 
 from django_jobs import logs
 from django_jobs.conf import jobs_settings
@@ -17,7 +16,7 @@ from django_jobs.observe.probes import HealthFile, ProbeError
 from django_jobs.registry import registry
 from django_jobs.runtime import connectivity
 from django_jobs.runtime.worker import POOLS, Worker
-from django_jobs.schema import all_recorded, require_migrated
+from django_jobs.schema import records_may_lag, require_migrated
 
 if TYPE_CHECKING:
     from django_jobs.observe.probe_server import ProbeServer
@@ -191,13 +190,8 @@ class Command(BaseCommand):
         return super().execute(*args, **options)
 
     def check_migrations(self) -> None:
-        # Django's warning loads every app's migration files, which a worker would keep for its
-        # life (~1 MB); one query says whether there is anything to warn about.
-        try:
-            nothing_to_say = all_recorded(connections[DEFAULT_DB_ALIAS])
-        except DatabaseError:
-            nothing_to_say = False  # Django's check, as before, on a database that does not answer
-        if not nothing_to_say:
+        # Django's warning loads every app's migration files, which a worker would keep for life.
+        if records_may_lag():
             super().check_migrations()
 
     def handle(self, *args: Any, **options: Any) -> None:
