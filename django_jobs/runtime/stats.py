@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import collections
 import logging
-import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -22,6 +21,8 @@ _OUTCOME_NAMES = {"pending": "retried", "needs_review": "parked for review"}
 #: Statuses that end a job: an execution that wrote one of these finished its job.
 _FINAL = ("completed", "failed", "skipped", "cancelled", "needs_review")
 _SUMMARY_ORDER = ("completed", "pending", "failed", "needs_review", "skipped", "cancelled")
+#: How many of the last claims' durations the percentiles are taken from.
+CLAIMS_TIMED = 10_000
 
 
 @dataclass
@@ -30,8 +31,11 @@ class WorkerStats:
 
     claims: int = 0
     claimed: int = 0
-    #: Durations of the last claims that found work (empty polls are not timed).
-    claim_seconds: collections.deque[float] = field(default_factory=lambda: collections.deque(maxlen=100_000))
+    #: Durations of the last claims that found work (empty polls are not timed). Bounded: a
+    #: worker that runs for months keeps the same memory (~0.3 MB at most).
+    claim_seconds: collections.deque[float] = field(
+        default_factory=lambda: collections.deque(maxlen=CLAIMS_TIMED)
+    )
     outcomes: collections.Counter[str] = field(default_factory=collections.Counter)
     lost: int = 0
     released: int = 0
@@ -86,13 +90,19 @@ class WorkerStats:
             "claims": self.claims,
             "claims_with_jobs": len(self.claim_seconds),
             "jobs_per_claim": round(self.claimed / len(timings), 1) if timings else 0,
-            "claim_ms_p50": round(1000 * statistics.median(timings), 3) if timings else None,
+            "claim_ms_p50": round(1000 * _median(timings), 3) if timings else None,
             "claim_ms_p95": pct(0.95),
             "claim_ms_p99": pct(0.99),
             "claim_ms_max": pct(1.0),
             "busy_seconds": round(busy, 3) if busy > 0 else 0,
             "jobs_per_second": round(processed / busy, 1) if busy > 0 else None,
         }
+
+
+def _median(ordered: list[float]) -> float:
+    """statistics.median of a sorted, non-empty list (the module is not loaded for this one use)."""
+    middle = len(ordered) // 2
+    return ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
 
 
 class Summaries:

@@ -65,7 +65,6 @@ from django_jobs.runtime.lease import Lease
 from django_jobs.runtime.outage import Outage
 from django_jobs.runtime.pool import ExecutorPool, Held, lease_for
 from django_jobs.runtime.presence import Presence, make_worker_id
-from django_jobs.runtime.process_pool import ProcessPool
 from django_jobs.runtime.producer import Producer
 from django_jobs.runtime.stats import SUMMARY_INTERVAL, Summaries, WorkerStats
 from django_jobs.runtime.wakeup import Wakeup
@@ -157,17 +156,20 @@ class Worker:
         )
         self._heartbeat = Heartbeat(self._running_leases, report=self._presence.report_alive)
         self.pool = pool
-        self._pool: ExecutorPool = (
-            ProcessPool(
+        self._pool: ExecutorPool
+        if pool == "process":
+            # Imported here: multiprocessing is loaded only by workers that run handlers in children.
+            from django_jobs.runtime.process_pool import ProcessPool
+
+            self._pool = ProcessPool(
                 concurrency,
                 self._record,
                 max_jobs=max_jobs_per_child,
                 max_memory_mb=max_child_memory_mb,
                 on_start=self._started,
             )
-            if pool == "process"
-            else ExecutorPool(concurrency, self._execute, self._record)
-        )
+        else:
+            self._pool = ExecutorPool(concurrency, self._execute, self._record)
         #: Counters and histograms of this worker's executions (``runjobs --metrics-port``);
         #: None when off, so that each job pays one attribute check.
         self._metrics = metrics_recorder() if metrics else None

@@ -5,7 +5,7 @@ import gc
 import json
 import logging
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.core.management.base import BaseCommand, CommandError
 
@@ -13,11 +13,14 @@ from django_jobs import logs
 from django_jobs.conf import jobs_settings
 from django_jobs.names import QUEUE_RE
 from django_jobs.observe import metrics
-from django_jobs.observe.probes import HealthFile, ProbeError, ProbeServer
+from django_jobs.observe.probes import HealthFile, ProbeError
 from django_jobs.registry import registry
 from django_jobs.runtime import connectivity
 from django_jobs.runtime.worker import POOLS, Worker
-from django_jobs.schema import require_migrated
+from django_jobs.schema import records_may_lag, require_migrated
+
+if TYPE_CHECKING:
+    from django_jobs.observe.probe_server import ProbeServer
 
 #: Each execution slot holds a database connection (and a thread or a process) for the life of
 #: the worker; PostgreSQL's max_connections is 100 by default. More throughput comes from more
@@ -187,6 +190,11 @@ class Command(BaseCommand):
         connectivity.apply_connection_options()
         return super().execute(*args, **options)
 
+    def check_migrations(self) -> None:
+        # Django's warning loads every app's migration files, which a worker would keep for life.
+        if records_may_lag():
+            super().check_migrations()
+
     def handle(self, *args: Any, **options: Any) -> None:
         logs.install_console_handler(options["verbosity"])
         require_migrated()
@@ -253,6 +261,9 @@ class Command(BaseCommand):
                 )
             # The _created series of every counter would double a worker's output for nothing.
             metrics.disable_created_series()
+            # Imported here: a worker without the port does not load http.server.
+            from django_jobs.observe.probe_server import ProbeServer
+
             try:
                 server = ProbeServer(
                     options["metrics_host"], options["metrics_port"], token=jobs_settings.METRICS_TOKEN
