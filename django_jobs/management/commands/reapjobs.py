@@ -9,7 +9,7 @@ from typing import Any
 from django.core.management.base import BaseCommand
 
 from django_jobs.maintenance import reaper
-from django_jobs.management.commands.runjobs import non_negative_float
+from django_jobs.management.arguments import non_negative_float
 from django_jobs.runtime import connectivity
 from django_jobs.schema import require_migrated
 

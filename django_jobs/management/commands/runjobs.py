@@ -11,7 +11,14 @@ from django.core.management.base import BaseCommand, CommandError
 
 from django_jobs import logs
 from django_jobs.conf import jobs_settings
-from django_jobs.names import QUEUE_RE
+from django_jobs.management.arguments import (
+    MAX_CONCURRENCY,
+    concurrency,
+    non_negative_float,
+    port,
+    positive_int,
+    queue_name,
+)
 from django_jobs.observe import metrics
 from django_jobs.observe.probes import HealthFile, ProbeError
 from django_jobs.registry import registry
@@ -21,64 +28,6 @@ from django_jobs.schema import records_may_lag, require_migrated
 
 if TYPE_CHECKING:
     from django_jobs.observe.probe_server import ProbeServer
-
-#: Each execution slot holds a database connection (and a thread or a process) for the life of
-#: the worker; PostgreSQL's max_connections is 100 by default. More throughput comes from more
-#: worker processes, on more machines, not from one worker with thousands of slots.
-MAX_CONCURRENCY = 256
-
-
-def positive_int(value: str) -> int:
-    try:
-        number = int(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{value!r} is not an integer") from None
-    if number < 1:
-        raise argparse.ArgumentTypeError(f"{value!r} must be >= 1")
-    return number
-
-
-def concurrency(value: str) -> int:
-    number = positive_int(value)
-    if number > MAX_CONCURRENCY:
-        raise argparse.ArgumentTypeError(
-            f"{value} is more than {MAX_CONCURRENCY}: each slot holds its own database connection "
-            "(PostgreSQL allows 100 by default); run more workers instead"
-        )
-    return number
-
-
-def non_negative_float(value: str) -> float:
-    try:
-        number = float(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{value!r} is not a number of seconds") from None
-    if not number >= 0:
-        raise argparse.ArgumentTypeError(f"{value!r} must be >= 0")
-    return number
-
-
-def port(value: str) -> int:
-    try:
-        number = int(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{value!r} is not a port number") from None
-    if not 0 <= number <= 65535:
-        raise argparse.ArgumentTypeError(f"{value!r} is not a port number (0 to 65535; 0 picks a free one)")
-    return number
-
-
-def queue_name(value: str) -> tuple[str, int | None]:
-    """``NAME``, or ``NAME=SLOTS``: the queue gets that many execution slots of its own."""
-    name, has_slots, slots = value.partition("=")
-    if not QUEUE_RE.match(name):
-        raise argparse.ArgumentTypeError(f"{name!r} is not a valid queue name")
-    if not has_slots:
-        return name, None
-    try:
-        return name, concurrency(slots)
-    except argparse.ArgumentTypeError as exc:
-        raise argparse.ArgumentTypeError(f"slots of queue {name!r}: {exc}") from None
 
 
 class Command(BaseCommand):
