@@ -16,6 +16,7 @@ standbys whose ``hot_standby_feedback`` reaches the primary through a WAL sender
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from django.db import connections
 
@@ -101,11 +102,15 @@ def holders(older_than: float, xids_over: int, limit: int = 5) -> list[Holder]:
     first, at most ``limit``: what has been open more than ``older_than`` seconds, what cannot
     say since when and is more than ``xids_over`` transactions old, and every inactive slot."""
     with connections[jobs_settings.DATABASE].cursor() as cursor:
-        cursor.execute(HOLDERS)
-        rows = cursor.fetchall()
-    found = [_holder(*row) for row in rows]
+        found = read_holders(cursor)
     held = [h for h in found if _holds(h, older_than, xids_over)]
     return sorted(held, key=lambda h: (-h.xid_age, h.kind, h.name))[:limit]
+
+
+def read_holders(cursor: Any) -> list[Holder]:
+    """Every holder of the horizon of the database ``cursor`` is connected to, unfiltered."""
+    cursor.execute(HOLDERS)
+    return [_holder(*row) for row in cursor.fetchall()]
 
 
 def _holds(holder: Holder, older_than: float, xids_over: int) -> bool:

@@ -21,7 +21,8 @@ from psycopg import IsolationLevel, sql
 from django_jobs.health import JobsHealthCheck
 from django_jobs.observe.findings import Finding, find
 from django_jobs.observe.horizon import held_horizon, sentence
-from django_jobs.reads.horizon import Holder
+from django_jobs.reads.horizon import Holder, read_holders
+from tests.process.throwaway_pg import ThrowawayCluster
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -213,30 +214,29 @@ def test_a_role_without_pg_read_all_stats_is_told_what_it_cannot_see(
     assert "hunter2" not in said and "insufficient privilege" not in said
 
 
-def test_a_prepared_transaction_is_named_by_its_gid(
-    open_connection: Callable[..., psycopg.Connection[tuple[object, ...]]],
-) -> None:
-    with connection.cursor() as cursor:
-        cursor.execute("SHOW max_prepared_transactions")
-        allowed = int(cursor.fetchone()[0])
-    if allowed == 0:
-        pytest.skip("max_prepared_transactions is 0 on this server: PREPARE TRANSACTION is refused")
-    gid = f"it's-{uuid.uuid4().hex[:8]}"
-    conn = open_connection("two-phase", IsolationLevel.READ_COMMITTED)
-    conn.execute("SELECT pg_current_xact_id()")  # an xid to hold the horizon with
-    conn.execute(sql.SQL("PREPARE TRANSACTION {}").format(sql.Literal(gid)))
+def test_a_prepared_transaction_is_named_by_its_gid() -> None:
+    # The shared server allows no prepared transaction (max_prepared_transactions = 0, its
+    # default): a cluster of the test's own does.
+    cluster = ThrowawayCluster(max_prepared_transactions="5")
     try:
-        end = time.monotonic() + 10
-        while not (found := [h for h in held_horizon_fast() if h.kind == "prepared"]):
-            assert time.monotonic() < end, "the prepared transaction was not reported"
-            time.sleep(0.05)
-        [prepared] = found
-        assert prepared.name == gid and prepared.user == connection.settings_dict["USER"]
-        assert "ROLLBACK PREPARED 'it''s-" in sentence(prepared)
+        cluster.create()
+        gid = f"it's-{uuid.uuid4().hex[:8]}"
+        with cluster.connect() as preparing:
+            preparing.execute("BEGIN")
+            preparing.execute("SELECT pg_current_xact_id()")  # an xid to hold the horizon with
+            preparing.execute(sql.SQL("PREPARE TRANSACTION {}").format(sql.Literal(gid)))
+        with cluster.connect() as reader:
+            found = [h for h in read_holders(reader.cursor()) if h.kind == "prepared"]
+            assert len(found) == 1, found
+            [prepared] = found
+            assert prepared.name == gid and prepared.user == "postgres" and prepared.xid_age >= 1
+            assert prepared.held_seconds is not None and prepared.held_seconds >= 0
+            assert "ROLLBACK PREPARED 'it''s-" in sentence(prepared)
+            # From outside any transaction block: the session that prepared it is gone.
+            reader.execute(sql.SQL("ROLLBACK PREPARED {}").format(sql.Literal(gid)))
+            assert [h for h in read_holders(reader.cursor()) if h.kind == "prepared"] == []
     finally:
-        # From outside any transaction block: the session that prepared it no longer owns it.
-        with psycopg.connect(dsn(), autocommit=True) as admin:
-            admin.execute(sql.SQL("ROLLBACK PREPARED {}").format(sql.Literal(gid)))
+        cluster.destroy()
 
 
 def held_horizon_fast() -> list[Holder]:
