@@ -35,7 +35,6 @@ import statistics
 import subprocess
 import sys
 import time
-import urllib.parse
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -43,7 +42,10 @@ from typing import Any
 import psycopg
 
 ROOT = Path(__file__).resolve().parent.parent
-SCRATCH_DB = os.environ.get("BENCH_DATABASE_NAME", "django_jobs_layout")
+sys.path.insert(0, str(ROOT / "bench"))
+
+from drain import bench_url, libpq_url, recreate_database  # noqa: E402
+
 TICKS = os.sysconf("SC_CLK_TCK")
 
 #: The console's reads and retention: in ``hot+history`` these live on the history table only.
@@ -122,14 +124,13 @@ def _index_of(conn: psycopg.Connection[Any], schema: str, name: str) -> str:
     raise LookupError(name)
 
 
-def build_layouts(url: str) -> None:
-    admin = urllib.parse.urlsplit(url)._replace(path="/postgres").geturl()
-    with psycopg.connect(admin, autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{SCRATCH_DB}"')
-        conn.execute(f'CREATE DATABASE "{SCRATCH_DB}"')
-    scratch = urllib.parse.urlsplit(url)._replace(path=f"/{SCRATCH_DB}").geturl()
-    env = {**os.environ, "DATABASE_URL": scratch, "DJANGO_SETTINGS_MODULE": "testproject.settings"}
+def migrated_scratch_database() -> str:
+    """The benchmarks' database (``bench/drain.py``'s, dropped and re-created), migrated: its URL."""
+    url = bench_url()
+    recreate_database(url)
+    env = {**os.environ, "DATABASE_URL": url, "DJANGO_SETTINGS_MODULE": "testproject.settings"}
     subprocess.run([sys.executable, str(ROOT / "manage.py"), "migrate", "-v", "0"], env=env, check=True)
+    return libpq_url(url)
 
 
 def reset(conn: psycopg.Connection[Any]) -> None:
@@ -229,9 +230,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
-    base = os.environ.get("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/django_jobs")
-    build_layouts(base)
-    url = urllib.parse.urlsplit(base)._replace(path=f"/{SCRATCH_DB}").geturl()
+    url = migrated_scratch_database()
     runs: dict[str, list[dict[str, float]]] = {layout: [] for layout in LAYOUTS}
     for round_ in range(args.rounds):
         for layout in LAYOUTS if round_ % 2 == 0 else reversed(LAYOUTS):
