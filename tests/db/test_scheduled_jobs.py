@@ -9,7 +9,7 @@ import time
 from typing import Any
 
 import pytest
-from django.db import connection
+from django.db import connection, transaction
 
 from django_jobs import enqueue
 from django_jobs.models import Job
@@ -41,6 +41,26 @@ def test_a_job_due_at_its_write_is_ready_and_one_scheduled_for_later_is_not() ->
         " 0, 0, 5, now() + interval '1 hour', 'retry')"
     )
     assert not Job.objects.latest("id").ready
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_job_written_with_the_columns_default_due_time_is_ready() -> None:
+    """``available_at`` defaults to the statement's start, which is later than ``now()`` (the
+    transaction's start) for any statement but the first of a transaction, and for a first one
+    sent with parameters (psycopg's extended protocol starts the statement after the
+    transaction): such a job is due at its write and must not wait for a claim to promote it."""
+    columns = "(queue, type, version, payload, status, priority, attempts, max_attempts, on_lost)"
+    row = "('default', 'test.noop', 1, '{}', 'pending', 0, 0, 5, 'retry')"
+    sql(f"INSERT INTO django_jobs_job {columns} VALUES {row}")  # autocommit, no parameters
+    sql(f"INSERT INTO django_jobs_job {columns} SELECT {row[1:-1]} FROM generate_series(1, %s)", [3])
+    with transaction.atomic():
+        sql("SELECT pg_sleep(0.01)")
+        sql(f"INSERT INTO django_jobs_job {columns} VALUES {row}")  # later in its transaction
+        Job.objects.create(type="test.noop", payload={})  # the ORM, with the model's defaults
+    jobs = Job.objects.order_by("id")
+    assert [job.ready for job in jobs] == [True] * 6
+    assert all(job.available_at <= job.created_at for job in jobs)
+    assert len(claim(NOOP, 10)) == 6
 
 
 @pytest.mark.django_db
