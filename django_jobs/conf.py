@@ -407,9 +407,10 @@ class Settings:
         None,
         optional(bool),
         rule(or_none(is_bool), "django_jobs.E022", "must be None, True or False."),
-        "Whether `enqueue()` and `enqueue_many()` run their INSERTs as prepared statements on the "
-        "caller's connection, which spares PostgreSQL parsing and planning them at every call "
-        "(the connection's other statements are left as they are). `None`: yes, unless the "
+        "Whether `enqueue()` and `enqueue_many()` run their INSERTs, and a worker its claims and "
+        "its writes of successes, as prepared statements, which spares PostgreSQL parsing and "
+        "planning them at every call (the connection's other statements are left as they are). "
+        "`None`: yes, unless the "
         "database alias sets `DISABLE_SERVER_SIDE_CURSORS` (Django's setting for PgBouncer in "
         "transaction mode, where prepared statements break) or `OPTIONS['prepare_threshold']` "
         "(then psycopg's own rule applies). `True` / `False`: always / never. See "

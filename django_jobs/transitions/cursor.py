@@ -24,11 +24,19 @@ from django_jobs.conf import jobs_settings
 
 
 @contextmanager
-def bound_cursor(alias: str) -> Iterator[psycopg.Cursor]:
+def bound_cursor(alias: str, *, prepared: bool = False) -> Iterator[psycopg.Cursor]:
+    """A server-binding cursor on ``alias``'s connection. ``prepared``: its statements run as
+    prepared statements where :func:`prepares_statements` allows it (for the statements a worker
+    runs at every batch, whose planning would otherwise be a fifth of their cost)."""
     connection = connections[alias]
     with connection.wrap_database_errors:
         connection.ensure_connection()
-        with psycopg.Cursor(connection.connection) as cursor:
+        cursor: psycopg.Cursor = (
+            _QueryKeepingCursor(connection.connection, prepare=prepares_statements(alias))
+            if prepared
+            else psycopg.Cursor(connection.connection)
+        )
+        with cursor:
             yield cursor
 
 

@@ -494,7 +494,7 @@ def claim(
 
 def _claim_once(statement: ClaimStatement, params: dict[str, Any]) -> tuple[list[Claim], int]:
     """One claim statement: the jobs it claimed, and how many it promoted."""
-    with bound_cursor(jobs_settings.DATABASE) as cursor:
+    with bound_cursor(jobs_settings.DATABASE, prepared=True) as cursor:
         cursor.execute(statement.sql, params)
         rows = cursor.fetchall()
     (counts,) = [row for row in rows if row[0] is None]  # queues paused, in the version column

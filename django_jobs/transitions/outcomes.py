@@ -134,7 +134,7 @@ def write_outcomes(outcomes: Sequence[Outcome]) -> set[int]:
 def _complete(outcomes: list[Outcome]) -> set[int]:
     if not outcomes:
         return set()
-    with bound_cursor(jobs_settings.DATABASE) as cursor:
+    with bound_cursor(jobs_settings.DATABASE, prepared=True) as cursor:
         cursor.execute(
             _COMPLETE,
             [

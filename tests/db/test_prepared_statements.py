@@ -1,5 +1,6 @@
 """Prepared statements. By default (``PREPARED_STATEMENTS = None``) enqueue's INSERTs are
-prepared on the caller's connection and nothing else is, unless the alias looks pooled in
+prepared on the caller's connection, and a worker's claim and outcome write on its own, and
+nothing else is, unless the alias looks pooled in
 transaction mode (``DISABLE_SERVER_SIDE_CURSORS``) or sets ``prepare_threshold`` itself. With
 psycopg's prepared statements on for the whole connection (``OPTIONS["prepare_threshold"]``, see
 docs/scaling.md), django_jobs' own statements are the ones prepared, and prepared they do what
@@ -103,24 +104,30 @@ def alias_setting(name: str, value: object) -> Iterator[None]:
 
 
 def enqueue_each_way() -> None:
+    """Run every statement django_jobs would prepare: the four INSERTs, then a worker's claim
+    and its write of plain successes."""
     for n in range(6):  # past psycopg's default threshold of 5
         enqueue("test.noop", {"n": n})
     enqueue("test.noop", {"keyed": True}, unique_key="prepared:key")
     enqueue_many("test.noop", [{"n": n} for n in range(6)])
     enqueue_many("test.noop", [{"n": n} for n in range(3)], unique_key=lambda payload: f"k{payload['n']}")
-
-
-def test_by_default_the_inserts_alone_are_prepared(unprepared: None) -> None:
-    enqueue_each_way()
-    while run_one() is not None:  # the worker's statements (claim, outcomes) stay unprepared
+    while run_one() is not None:
         pass
+
+
+def test_by_default_the_inserts_and_the_workers_batch_statements_alone_are_prepared(unprepared: None) -> None:
+    enqueue_each_way()
     statements = prepared_statements()
-    assert len(statements) == 4, statements  # one and many, each with and without ON CONFLICT
-    inserts = ("INSERT INTO django_jobs_job", "WITH made AS (INSERT INTO django_jobs_job")
-    assert all(statement.startswith(inserts) for statement in statements), statements
-    assert sum("ON CONFLICT" in statement for statement in statements) == 2
-    # The connection itself is as Django opened it.
+    inserts = [s for s in statements if s.startswith(("INSERT INTO django_jobs_job", "WITH made AS (INSERT"))]
+    assert len(inserts) == 4, statements  # one and many, each with and without ON CONFLICT
+    assert sum("ON CONFLICT" in statement for statement in inserts) == 2
+    (claim,) = [s for s in statements if "FOR UPDATE SKIP LOCKED" in s and s not in inserts]
+    assert "SET status = 'running'" in claim
+    (complete,) = [s for s in statements if s not in inserts and s != claim]
+    assert complete.lstrip().startswith("UPDATE django_jobs_job j SET") and "'completed'" in complete
+    # The connection itself is as Django opened it: the ORM's statements stay unprepared.
     assert connections[jobs_settings.DATABASE].connection.prepare_threshold is None
+    assert len(prepared_statements()) == 6
 
 
 def test_a_prepared_insert_is_logged_with_its_text_by_default(unprepared: None) -> None:
