@@ -105,6 +105,9 @@ class Producer:
         self._paused: set[str] = set()
         # The slots ask for more once the buffer is down to this many jobs.
         self.refill_at = 0
+        # Whether claims start where the last ones stopped, as last logged.
+        self._remembering = False
+        stats.positions = self.statement.positions
 
     def run_once(self) -> ProducerTurn:
         """One turn: give back what should not wait, then claim if there is room.
@@ -154,6 +157,7 @@ class Producer:
         elapsed = time.perf_counter() - started
         self._liveness.database_answered()
         self._stats.claims += 1
+        self._note_positions()
         if not claims:
             return 0
         self._stats.claim_seconds.append(elapsed)
@@ -165,6 +169,15 @@ class Producer:
                 self._held_by_queue.update(c.queue for c in claims)
         self._pool.submit([Held(c, self.lease_for(c, sent_at)) for c in claims])
         return len(claims)
+
+    def _note_positions(self) -> None:
+        """Say when claims start where the last ones stopped, and when they no longer do."""
+        positions = self.statement.positions
+        if positions.remembering != self._remembering:
+            self._remembering = positions.remembering
+            level = logging.WARNING if positions.remembering else logging.INFO
+            fields = {**logs.worker_fields(self._worker_id), "dead_entries": positions.walked}
+            logger.log(level, positions.describe(), extra=fields)
 
     def lease_for(self, claim: Claim, sent_at: float | None = None) -> Lease:
         job_type = claim.type

@@ -8,9 +8,12 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django_jobs import logs
+
+if TYPE_CHECKING:
+    from django_jobs.transitions.positions import ClaimPositions
 
 logger = logging.getLogger("django_jobs.worker")
 
@@ -44,6 +47,8 @@ class WorkerStats:
     held_back: int = 0
     first_claim_at: float | None = None
     last_outcome_at: float | None = None
+    #: Where the claims stopped, and how often they read every job from the start.
+    positions: ClaimPositions | None = None
 
     @property
     def executions(self) -> int:
@@ -96,6 +101,9 @@ class WorkerStats:
             "claim_ms_max": pct(1.0),
             "busy_seconds": round(busy, 3) if busy > 0 else 0,
             "jobs_per_second": round(processed / busy, 1) if busy > 0 else None,
+            "claim_sweeps": self.positions.sweeps if self.positions else None,
+            "claims_from_places": self.positions.resumed if self.positions else None,
+            "dead_entries_walked_max": self.positions.most_walked if self.positions else None,
         }
 
 

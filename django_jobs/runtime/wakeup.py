@@ -173,7 +173,11 @@ class Wakeup:
         self._outlook_due = now + seen.due_in + _DUE_MARGIN if seen.due_in is not None and timer else None
         if seen.paused:
             self._paused_found(set(seen.paused))
-        return seen.due_in is not None and not due_later
+        due_now = seen.due_in is not None and not due_later
+        if due_now:
+            # It may lie before where the claims stopped (see transitions.positions).
+            self._statement.positions.want_sweep()
+        return due_now
 
     # ---- how long to wait ----------------------------------------------------------------------
 

@@ -327,6 +327,13 @@ class Worker:
             # A claim held back for an unanswered heartbeat says nothing about what is pending.
             settled = settled and not self._hold_back.holding_back
             if settled and time.monotonic() >= producer.outage_until:
+                if (self.burst or self.until_settled) and not producer.statement.positions.last_swept:
+                    # The claim read from where the last ones stopped (vacuum is held back, see
+                    # transitions.positions): only one that reads every kind from its head tells
+                    # that nothing is left.
+                    producer.statement.positions.want_sweep()
+                    woken = True
+                    continue
                 if self.burst:
                     self.stop_reason = "nothing left to claim (burst)"
                     return

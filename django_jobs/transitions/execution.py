@@ -13,6 +13,7 @@ together, so they stay in one file.
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections import Counter
 from collections.abc import Sequence
@@ -24,6 +25,7 @@ from django.db import connections
 from django_jobs.conf import jobs_settings
 from django_jobs.limits import RateLimit
 from django_jobs.transitions.cursor import bound_cursor
+from django_jobs.transitions.positions import ClaimPositions
 
 
 @dataclass(slots=True)
@@ -51,8 +53,8 @@ class Claim:
     counted: bool
     #: The database's clock at the claim, in seconds since the epoch.
     claimed_at: float
-    #: Seconds from the job's available_at to the claim, by the database's clock: a float
-    #: computed in SQL, because parsing a timestamptz per row is a large part of a claim's cost.
+    #: Seconds from the job's available_at to the claim, by the database's clock: from floats
+    #: the claim returns, because parsing a timestamptz per row is a large part of its cost.
     waited: float = 0.0
 
 
@@ -60,7 +62,7 @@ _CLAIM_COLUMNS = (
     "j.id, j.queue, j.type, j.version, j.payload,"
     " j.attempts + CASE WHEN next.start THEN 0 ELSE 1 END, j.max_attempts, j.execution_id,"
     " j.unique_key, j.checkpoint, j.priority, j.last_error_code, j.on_lost,"
-    " next.start, extract(epoch FROM now())::float8, extract(epoch FROM now() - j.available_at)::float8"
+    " next.start, extract(epoch FROM now())::float8, extract(epoch FROM j.available_at)::float8"
 )
 # Jobs of a paused queue stay pending. NOT IN over the tiny queue table is a hashed subplan:
 # built once per claim, one hash probe per candidate row, and no join that could change how the
@@ -86,6 +88,13 @@ _OLDEST_FILTER = " AND version >= (%(oldest)s::int[])[array_position(%(types)s::
 # The claim scans the claim index once per kind, so the rows of other types and other versions
 # are never read.
 _KINDS = "SELECT * FROM unnest(%(kind_types)s::text[], %(kind_versions)s::int[]) AS k(type, version)"
+# The same kinds with the place this worker's claims stopped in each (see transitions.positions):
+# its priority, due time (seconds since the epoch) and id; a kind without one has priority 101,
+# above any job's.
+_KINDS_FROM_PLACES = (
+    "SELECT * FROM unnest(%(kind_types)s::text[], %(kind_versions)s::int[], %(kind_fp)s::int[],"
+    " %(kind_fa)s::float8[], %(kind_fi)s::bigint[]) AS k(type, version, fp, fa, fi)"
+)
 _CANDIDATE_COLUMNS = (
     "id, priority, available_at, on_lost, last_error_code, type, queue, concurrency_key, concurrency_limit"
 )
@@ -102,8 +111,34 @@ _SCAN = (
     f" AND {_ROW_CONDITIONS} ORDER BY priority DESC, available_at, id"
     " LIMIT {kind_room} FOR UPDATE SKIP LOCKED"
 )
+# One kind's claimable rows after the place its last claim stopped: the rest of the place's
+# priority, from the place on (a range of the claim index: `priority = fp` and the row comparison
+# are both index conditions), then the lower priorities. The two arms come in the claim's order,
+# and the second is read only if the first leaves room. The entries before the place, those of
+# the jobs claimed since vacuum last ran among them, are not read at all. The kind's room is
+# computed once for both arms (`kr`, see _KINDS_IN_ROOM); a full rate window is in it (no room),
+# so the arms test only the keys ({key_filter}).
+_SCAN_IN_ROOM = _SCAN.replace("{kind_room}", "kr.room").replace("{room_filters}", "{key_filter}")
+_SCAN_FROM_PLACE = (
+    "SELECT * FROM ("
+    + _SCAN_IN_ROOM.replace(
+        " ORDER BY priority DESC,",
+        " AND priority = k.fp AND (available_at, id) > (to_timestamp(k.fa), k.fi) ORDER BY",
+    )
+    + ") a UNION ALL SELECT * FROM ("
+    + _SCAN_IN_ROOM.replace(" ORDER BY", " AND priority < k.fp ORDER BY")
+    + ") b LIMIT kr.room"
+)
+_KINDS_IN_ROOM = f"({_KINDS_FROM_PLACES}) k CROSS JOIN LATERAL (SELECT {{kind_room}} AS room) kr"
+# The count of dead claim-index entries a claim steps over (see transitions.positions and
+# migration 0016), read in a CTE before the scans (`walk`: the scans refer to it, so it is read
+# first) and again in the claim's last row. Only a worker of every queue remembers places; the
+# other claims read every kind from its head, and count nothing (0): their statements are the
+# longest, and must stay within psycopg's cache of parsed statements (4 KiB).
+_WALK = "walk AS MATERIALIZED (SELECT django_jobs_claim_index_reads() AS before), "
+_WALKED = "(SELECT django_jobs_claim_index_reads() - wk.before FROM walk wk)::int"
 _MERGED = (
-    f"SELECT s.* FROM ({_KINDS}) k CROSS JOIN LATERAL ({_SCAN}) s"
+    "SELECT s.* FROM {kinds} CROSS JOIN LATERAL ({scan}) s{walk_first}"
     " ORDER BY s.priority DESC, s.available_at, s.id"
 )
 # Jobs scheduled for later enter the claim index once due: every claim first marks up to
@@ -134,8 +169,9 @@ _PROMOTE = (
 # still uses up its attempts); a job of a rate-limited type is a third (see _ADMIT_RATES).
 # Between candidates and ranked, jobs whose concurrency key is at its limit are left out (see
 # _ADMIT_KEYS). Rows locked here but left out are unlocked at commit. After the claimed rows
-# comes one row with a NULL id: the number of queues paused now (in the version column) and of
-# jobs promoted (in the last).
+# (each with its position in the claim's order) comes one row with a NULL id:
+# the number of queues paused now (in the version column), of dead claim-index entries stepped
+# over (in the attempt column) and of jobs promoted (in the last).
 # `row_number() OVER ()` numbers the candidates in the order the merge produced them
 # (PostgreSQL's window aggregate keeps its input order), without sorting them again; the
 # filters between candidates and ranked keep that order too.
@@ -152,12 +188,33 @@ _CLAIM_TAIL = (
     "secs => (%(leases)s::float8[])[array_position(%(types)s::text[], j.type::text)])"
     f" FROM next WHERE j.id = next.id RETURNING {_CLAIM_COLUMNS}, next.position)"
     " SELECT * FROM claimed UNION ALL SELECT NULL, NULL, NULL,"
-    f" (SELECT count(*) FROM ({_PAUSED_QUEUES}) p)::int, NULL, NULL, NULL, NULL, NULL,"
-    " NULL, NULL, NULL, NULL, NULL, NULL, NULL, (SELECT count(*) FROM promoted)"
+    f" (SELECT count(*) FROM ({_PAUSED_QUEUES}) p)::int, NULL, {{walked}}, NULL, NULL, NULL,"
+    " NULL, NULL, NULL, NULL, NULL, NULL, NULL, {promoted}"
 )
-_CLAIM_ANY_QUEUE = (f"WITH {_PROMOTE}candidates AS ({_MERGED} LIMIT %(limit)s)").replace(
-    "{queue}", ""
-) + _CLAIM_TAIL
+_COUNT_PROMOTED = "(SELECT count(*) FROM promoted)"
+_ANY_QUEUE_CANDIDATES = (
+    (f"{_WALK}candidates AS (SELECT c.* FROM walk wk CROSS JOIN LATERAL ({_MERGED} LIMIT %(limit)s) c)")
+    .replace("{queue}", "")
+    .replace("{walk_first}", " WHERE wk.before IS NOT NULL")
+)
+_CLAIM_ANY_QUEUE = (
+    f"WITH {_PROMOTE}"
+    + _ANY_QUEUE_CANDIDATES.replace("{kinds}", f"({_KINDS}) k").replace(
+        "{scan}", _SCAN.replace("{queue}", "")
+    )
+    + _CLAIM_TAIL.replace("{walked}", _WALKED).replace("{promoted}", _COUNT_PROMOTED)
+)
+# The same, each kind read from the place this worker's last claim in it stopped (see
+# transitions.positions): the claim of a worker whose claims step over many dead entries. It
+# promotes nothing: a promoted job keeps its due time, before the places, so the sweeps, which
+# read every kind from its head, promote jobs and claim them.
+_CLAIM_ANY_QUEUE_FROM_PLACES = (
+    "WITH "
+    + _ANY_QUEUE_CANDIDATES.replace("{kinds}", _KINDS_IN_ROOM).replace(
+        "{scan}", _SCAN_FROM_PLACE.replace("{queue}", "")
+    )
+    + _CLAIM_TAIL.replace("{walked}", _WALKED).replace("{promoted}", "0")
+)
 # A paused queue keeps its jobs pending, and its backlog grows while it is paused. A worker that
 # serves every queue scans django_jobs_ready, which holds the ready jobs of all queues by kind:
 # it would read a paused backlog through at every claim, to take none of it (a million paused
@@ -179,7 +236,9 @@ _CLAIM_ANY_QUEUE_BESIDE_PAUSED = (
     f" JOIN ({_KINDS}) k ON k.type = l.t AND k.version = l.v CROSS JOIN LATERAL ({_SCAN}) s"
     f" WHERE l.q NOT IN ({_PAUSED_QUEUES}) ORDER BY s.priority DESC, s.available_at, s.id"
     " LIMIT %(limit)s)"
-).replace("{queue}", "queue = l.q AND ") + _CLAIM_TAIL
+).replace("{queue}", "queue = l.q AND ") + _CLAIM_TAIL.replace("{walked}", "0").replace(
+    "{promoted}", _COUNT_PROMOTED
+)
 # With named queues, the kinds are scanned per queue, in the (queue, type, version, ...) index.
 # Each queue offers at most its `room` rows (its free slots, when the worker gives queues slots
 # of their own), and the queues take turns: the first row of each queue comes before the second
@@ -194,7 +253,9 @@ _CLAIM_NAMED_QUEUES = (
     f" SELECT x.*, row_number() OVER () AS rank FROM ({_MERGED} LIMIT q.room) x) c"
     f" WHERE q.name NOT IN ({_PAUSED_QUEUES})"
     " ORDER BY c.rank, q.turn LIMIT %(limit)s)"
-).replace("{queue}", "queue = q.name AND ") + _CLAIM_TAIL
+).replace("{kinds}", f"({_KINDS}) k").replace("{scan}", _SCAN).replace("{walk_first}", "").replace(
+    "{queue}", "queue = q.name AND "
+) + _CLAIM_TAIL.replace("{walked}", "0").replace("{promoted}", _COUNT_PROMOTED)
 
 # ---- concurrency keys -----------------------------------------------------------------------
 #
@@ -289,8 +350,7 @@ _OF_QUEUES = f" CROSS JOIN unnest(%(queues)s::text[]) AS q(name) WHERE q.name NO
 # A worker of every queue while a queue is paused reads its ready jobs per queue and kind, as
 # its claim does (see _LIVE_KINDS), not through the paused backlog.
 _LIVE_READY_KINDS = (
-    "live l JOIN ({kinds}) k ON k.type = l.t AND k.version = l.v"
-    f" WHERE l.q NOT IN ({_PAUSED_QUEUES})"
+    f"live l JOIN ({{kinds}}) k ON k.type = l.t AND k.version = l.v WHERE l.q NOT IN ({_PAUSED_QUEUES})"
 )
 
 
@@ -360,7 +420,11 @@ class ClaimStatement:
         templates = (
             [(_CLAIM_NAMED_QUEUES, "q.room")]
             if queues
-            else [(_CLAIM_ANY_QUEUE, "%(limit)s"), (_CLAIM_ANY_QUEUE_BESIDE_PAUSED, "%(limit)s")]
+            else [
+                (_CLAIM_ANY_QUEUE, "%(limit)s"),
+                (_CLAIM_ANY_QUEUE_FROM_PLACES, "%(limit)s"),
+                (_CLAIM_ANY_QUEUE_BESIDE_PAUSED, "%(limit)s"),
+            ]
         )
         rates = {name: limit for name, limit in (rate_limits or {}).items() if name in versions}
         # The filters of keys and rate windows complete the row conditions; the rate-limit parts
@@ -372,6 +436,7 @@ class ClaimStatement:
             template.replace("{kind_room}", kind_room)
             .replace("{room}", kind_rows)
             .replace("{room_filters}", room)
+            .replace("{key_filter}", _KEY_ROOM_FILTER)
             .replace("{admit_keys}", _ADMIT_KEYS)
             .replace("{admit_rates}", admit_rates)
             for template, kind_rows in templates
@@ -401,6 +466,8 @@ class ClaimStatement:
         # same size however many types a worker knows, so psycopg keeps its parsed form cached
         # (it caches statements up to 4 KiB; one CASE branch per type outgrew that).
         self._usual = statements[0]
+        #: The claim from the places this worker's claims stopped (a worker of every queue).
+        self._from_places = None if queues else statements[1]
         #: The statement of a worker that serves every queue while some queue is paused.
         self._beside_paused = statements[-1]
         #: Whether the last claim saw a paused queue (only a worker of every queue cares).
@@ -417,6 +484,8 @@ class ClaimStatement:
         kinds = [(name, v) for name in names for v in range(oldest.get(name, 1), versions[name] + 1)]
         self._params["kind_types"] = [name for name, _ in kinds]
         self._params["kind_versions"] = [v for _, v in kinds]
+        #: Where this worker's claims stopped in each kind, and whether the next claim starts there.
+        self.positions = ClaimPositions(kinds)
         #: The rate-limited types this statement claims, whose window rows must exist.
         self.rate_limited = sorted(rates)
         if rates:
@@ -432,9 +501,17 @@ class ClaimStatement:
 
     @property
     def sql(self) -> str:
-        """The statement the next claim runs: the usual one, or, for a worker of every queue
-        while the last claim saw a paused queue, the one that steps over paused backlogs."""
+        """The statement a claim that reads every kind from its head runs: the usual one, or,
+        for a worker of every queue while the last claim saw a paused queue, the one that steps
+        over paused backlogs."""
         return self._beside_paused if self.queues_paused else self._usual
+
+    def sql_from_places(self) -> str | None:
+        """The statement that reads each kind from where this worker's claims stopped, when
+        the next claim may (see transitions.positions), else None."""
+        if self._from_places is None or self.queues_paused or self.positions.sweep_due():
+            return None
+        return self._from_places
 
     @property
     def outlook_sql(self) -> str:
@@ -482,6 +559,9 @@ def claim(
     (due now) claims once more: they were not claimable in its own snapshot.
     """
     claims, promoted = _claim_once(statement, statement.params(limit, start_now, rooms, turn))
+    if promoted:
+        # Promoted jobs keep their due times, which may lie before where claims stopped.
+        statement.positions.want_sweep()
     if promoted and len(claims) < limit:
         if rooms is not None:
             taken = Counter(c.queue for c in claims)
@@ -494,19 +574,37 @@ def claim(
 
 def _claim_once(statement: ClaimStatement, params: dict[str, Any]) -> tuple[list[Claim], int]:
     """One claim statement: the jobs it claimed, and how many it promoted."""
+    sql = statement.sql_from_places()
+    if sql is not None:
+        params = {**params, **statement.positions.params()}
+    started = time.perf_counter()
     with bound_cursor(jobs_settings.DATABASE, prepared=True) as cursor:
-        cursor.execute(statement.sql, params)
+        cursor.execute(sql or statement.sql, params)
         rows = cursor.fetchall()
-    (counts,) = [row for row in rows if row[0] is None]  # queues paused, in the version column
+    seconds = time.perf_counter() - started
+    # The counts, in the version and attempt columns of the row with no id.
+    (counts,) = [row for row in rows if row[0] is None]
     promoted = counts[-1]
     # The next claim picks its statement by what this one saw: a pause or a resume is followed
     # from the claim after it (until then, the claim is right, only slower or needlessly careful).
     statement.queues_paused = counts[3] > 0
-    rows = [row for row in rows if row[0] is not None]
     # RETURNING follows no order: put the rows back in the claim's (best first; with named
-    # queues, the queues' turns), the counted ones first since they are meant for idle threads.
-    rows.sort(key=lambda row: (not row[-4], row[-1]))
-    return [Claim(*row[:-1]) for row in rows], promoted
+    # queues, the queues' turns).
+    rows = sorted((row for row in rows if row[0] is not None), key=lambda row: row[-1])
+    statement.positions.claimed(
+        ((row[2], row[3], row[10], row[15], row[0]) for row in rows),
+        walked=counts[5],
+        swept=sql is None,
+        seconds=seconds,
+    )
+    # The counted ones first, since they are meant for idle threads.
+    rows.sort(key=lambda row: not row[-4])
+    # The due time, exact in a float8 (microseconds since the epoch fit in its 53 bits), places
+    # the claim (see transitions.positions); the wait is computed from it.
+    claims = [Claim(*row[:15]) for row in rows]
+    for taken, row in zip(claims, rows, strict=True):
+        taken.waited = row[14] - row[15]
+    return claims, promoted
 
 
 def open_rate_windows(types: Sequence[str]) -> None:

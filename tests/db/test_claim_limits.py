@@ -14,6 +14,7 @@ from django_jobs.maintenance import reaper
 from django_jobs.models import ConcurrencyKey, Job, RateWindow
 from django_jobs.registry import registry
 from django_jobs.transitions import Claim, ClaimStatement, Outcome, claim, open_rate_windows, write_outcomes
+from django_jobs.transitions.positions import DEAD_WALK_LIMIT
 from tests.factories import JobFactory
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -140,6 +141,12 @@ def test_the_claim_statement_stays_within_psycopgs_statement_cache(
     for queues_paused in (False, True):  # the usual statement, and the one beside paused queues
         statement.queues_paused = queues_paused
         assert len(statement.sql.encode()) <= 4096  # psycopg parses longer ones again at every call
+    # And the claim from where the last claims stopped, while they step over many dead entries.
+    statement.queues_paused = False
+    statement.positions.claimed([], walked=DEAD_WALK_LIMIT + 1, swept=True, seconds=0.0)
+    from_places = statement.sql_from_places()
+    assert (from_places is None) == bool(queues)  # a worker of named queues reads every kind from its head
+    assert len((from_places or "").encode()) <= 4096
 
 
 # ---- rate limits ------------------------------------------------------------------------------

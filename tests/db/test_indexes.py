@@ -52,6 +52,8 @@ def job_table_scans(sql: str, params: object) -> list[str]:
 
     def merges_kinds(sort: dict[str, Any]) -> bool:
         (loop,) = sort["Plans"]
+        if loop["Node Type"] == "Result" and "One-Time Filter" in loop:
+            (loop,) = loop["Plans"]  # the claim's count of dead entries is read before the scans
         sides = loop.get("Plans", [])
         return (
             loop["Node Type"] == "Nested Loop"

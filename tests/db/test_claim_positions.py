@@ -1,0 +1,154 @@
+"""Claims while a snapshot holds the vacuum horizon back: a real second connection holds a
+REPEATABLE READ snapshot open, the claims take real rows, and every dead index entry the claim
+steps over is counted by PostgreSQL itself (see transitions.positions)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+
+import psycopg
+import pytest
+from django.db import connection
+from django.test import override_settings
+
+from django_jobs import enqueue, enqueue_many
+from django_jobs.models import Job
+from django_jobs.runtime.worker import Worker
+from django_jobs.states import JobStatus
+from django_jobs.transitions.execution import ClaimStatement, claim
+from django_jobs.transitions.positions import DEAD_WALK_LIMIT
+from tests.db.inprocess import BackgroundWorker, wait_for
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+BACKLOG = 3_000
+BATCH = 100
+#: Sweeps only when asked for: the tests decide when each claim reads every kind from its head.
+NO_TIMED_SWEEPS = {"POLL_INTERVAL": 3600.0}
+
+
+@pytest.fixture
+def held_horizon() -> Iterator[psycopg.Connection[tuple[object, ...]]]:
+    """Another client's REPEATABLE READ transaction, idle after reading a table that is not a
+    job table: no dead row version of the job table can be removed while it is open."""
+    db = connection.settings_dict
+    where = {"host": db["HOST"], "port": db["PORT"] or 5432, "user": db["USER"], "dbname": db["NAME"]}
+    with psycopg.connect(**where, autocommit=True) as conn:
+        # Entries left by the rolled-back rows of earlier tests would be counted as stepped over.
+        conn.execute("VACUUM django_jobs_job")
+    holder = psycopg.connect(**where, application_name="report")
+    holder.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
+    holder.execute("SELECT count(*) FROM django_content_type")
+    yield holder
+    holder.close()
+
+
+def every_queue() -> ClaimStatement:
+    return ClaimStatement("w-test", None, {"test.noop": 1, "test.record": 1})
+
+
+def drain(statement: ClaimStatement) -> tuple[list[int], list[tuple[bool, int]]]:
+    """Claim batches until one comes back empty: the ids taken, and (swept, walked) per claim."""
+    ids: list[int] = []
+    seen: list[tuple[bool, int]] = []
+    while claims := claim(statement, BATCH):
+        ids += [c.id for c in claims]
+        seen.append((statement.positions.last_swept, statement.positions.walked))
+    seen.append((statement.positions.last_swept, statement.positions.walked))
+    return ids, seen
+
+
+def test_under_a_held_horizon_claims_start_where_the_last_ones_stopped(held_horizon: object) -> None:
+    enqueue_many("test.noop", [{}] * BACKLOG)
+    statement = every_queue()
+    with override_settings(DJANGO_JOBS=NO_TIMED_SWEEPS):
+        ids, seen = drain(statement)
+        assert sorted(ids) == sorted(Job.objects.values_list("id", flat=True)), "each job exactly once"
+        # The sweeps stepped over every job claimed before them, until one stepped over more
+        # than the limit; from then on the claims start at the place and step over none.
+        sweeps = [walked for swept, walked in seen if swept]
+        assert sweeps == [BATCH * n for n in range(len(sweeps))]
+        assert sweeps[-1] > DEAD_WALK_LIMIT >= sweeps[-2]
+        resumed = [walked for swept, walked in seen if not swept]
+        assert len(resumed) >= BACKLOG // BATCH - len(sweeps) and max(resumed) == 0
+        assert statement.positions.remembering
+        # A sweep still steps over every one of them: the horizon is still held.
+        statement.positions.want_sweep()
+        assert claim(statement, BATCH) == [] and statement.positions.walked == BACKLOG
+
+
+def test_a_job_before_the_place_is_taken_by_the_next_sweep(held_horizon: object) -> None:
+    enqueue_many("test.noop", [{}] * BACKLOG)
+    statement = every_queue()
+    with override_settings(DJANGO_JOBS=NO_TIMED_SWEEPS):
+        taken = [c.id for c in claim(statement, BATCH)]
+        while not statement.positions.remembering:
+            statement.positions.want_sweep()
+            taken += [c.id for c in claim(statement, BATCH)]
+        # Before the place: a higher priority, and a job made pending again with its old due
+        # time (as the reaper or an operator's retry does). After it: the rest of the backlog.
+        urgent = enqueue("test.noop", {}, priority=10)
+        again = Job.objects.get(id=taken[0])
+        Job.objects.filter(id=again.id).update(status=JobStatus.PENDING, execution_id=None)
+        rest, seen = drain(statement)
+        assert urgent.id not in rest and again.id not in rest
+        assert not any(swept for swept, _ in seen), "no sweep was due"
+        assert len(set(taken + rest)) == BACKLOG
+        statement.positions.want_sweep()
+        swept = [c.id for c in claim(statement, BATCH)]
+        assert swept[:2] == [urgent.id, again.id], "best priority first, then the longest due"
+        assert Job.objects.filter(status=JobStatus.PENDING).count() == 0
+
+
+def test_without_a_held_horizon_every_claim_reads_every_kind_from_its_head() -> None:
+    enqueue_many("test.noop", [{}] * BACKLOG)
+    statement = every_queue()
+    with override_settings(DJANGO_JOBS=NO_TIMED_SWEEPS):
+        ids, seen = drain(statement)
+    assert len(set(ids)) == BACKLOG
+    # Each claim steps over at most the entries of the previous one: the first scan that meets
+    # an entry of a row nobody can see any more marks it dead, and later scans skip it.
+    assert all(swept and walked <= BATCH for swept, walked in seen), seen
+    assert not statement.positions.remembering
+
+
+def test_a_worker_under_a_held_horizon_still_runs_a_job_before_its_place(
+    held_horizon: psycopg.Connection[tuple[object, ...]],
+) -> None:
+    enqueue_many("test.noop", [{}] * BACKLOG)
+    with BackgroundWorker(concurrency=2) as worker:
+        positions = worker._producer.statement.positions
+        wait_for(lambda: Job.objects.filter(status=JobStatus.COMPLETED).count() == BACKLOG, timeout=60)
+        assert positions.remembering and positions.resumed > 0
+        # Of a higher priority than every job the worker took: before its place. The idle
+        # worker's periodic read of its outlook finds it due, and its next claim is a sweep.
+        urgent = enqueue("test.noop", {}, priority=10)
+        wait_for(lambda: Job.objects.get(id=urgent.id).status == JobStatus.COMPLETED, timeout=10)
+        # The snapshot ends: the next sweep marks the dead entries as it steps over them, and
+        # the one after steps over few, which ends the mode.
+        held_horizon.rollback()
+        for _ in range(3):
+            time.sleep(0.25)  # past POLL_INTERVAL (0.2 s in the test project): the claim is a sweep
+            done = enqueue("test.noop", {})
+            wait_for(lambda: Job.objects.get(id=done.id).status == JobStatus.COMPLETED)  # noqa: B023
+        assert not positions.remembering
+    summary = worker.stats.summary()
+    assert summary["claims_from_places"] > 0 and summary["dead_entries_walked_max"] > DEAD_WALK_LIMIT
+
+
+def test_a_worker_that_drains_and_exits_under_a_held_horizon_leaves_nothing_behind(
+    held_horizon: object,
+) -> None:
+    # Retries wait out a backoff, not ready, and are promoted with their earlier due times: before
+    # the places. A worker that exits once a claim finds nothing must not take an empty claim from
+    # its places for "nothing left".
+    enqueue_many("test.noop", [{}] * BACKLOG)
+    flaky = enqueue_many("test.flaky", [{"succeed_on": 2}] * 20)
+    worker = Worker(concurrency=2, until_settled=True)
+    worker.run()
+    left = Job.objects.exclude(status=JobStatus.COMPLETED).count()
+    assert left == 0, f"stopped ({worker.stop_reason}) with {left} jobs left"
+    assert {job.attempts for job in Job.objects.filter(id__in=[j.id for j in flaky])} == {2}
+    summary = worker.stats.summary()
+    assert summary["claims_from_places"] > 0 and summary["claim_sweeps"] > 0
