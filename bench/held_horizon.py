@@ -180,11 +180,16 @@ def run(args: argparse.Namespace, url: str) -> dict[str, Any]:
     pin: Any = None
     marks: dict[str, datetime] = {}
     dead: dict[str, dict[str, int]] = {}
+    stats_dir = tempfile.mkdtemp(prefix="held_horizon_stats_")
     try:
         cmd = [sys.executable, str(ROOT / "manage.py"), "runjobs"]
         procs += [
-            subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=log) for _ in range(args.workers)
-        ]
+            subprocess.Popen(
+                [*cmd, "--stats-file", os.path.join(stats_dir, f"worker{i}.json")],
+                cwd=ROOT, env=env, stdout=log, stderr=log,
+            )
+            for i in range(args.workers)
+        ]  # fmt: skip
         # The clock starts once a worker runs jobs: start-up is not part of any window.
         enqueue("test.noop", {})
         deadline = time.monotonic() + 60
@@ -243,8 +248,15 @@ def run(args: argparse.Namespace, url: str) -> dict[str, Any]:
         stop(procs)
     if any(p.returncode for p in procs[: args.workers]):
         print(f"worker exit codes {[p.returncode for p in procs[: args.workers]]}; see {log.name}")
+    workers = []
+    for i in range(args.workers):
+        try:
+            with open(os.path.join(stats_dir, f"worker{i}.json")) as f:
+                workers.append(json.load(f))
+        except OSError:
+            pass
     try:
-        return summarize(conn, args, marks, dead, produced, sampler.samples)
+        return {**summarize(conn, args, marks, dead, produced, sampler.samples), "workers": workers}
     finally:
         conn.close()
 
@@ -300,6 +312,11 @@ def report(r: dict[str, Any]) -> None:
             f" {v['wait_ms_p50']!s:>8} {v['wait_ms_p99']!s:>8} {v['wait_ms_max']!s:>8}"
         )
     print(f"pending, sampled each second: max {r['pending_max']}")
+    for i, stats in enumerate(r.get("workers", [])):
+        # Claims, their timings, and (where the worker counts them) its sweeps and claims from
+        # where the last ones stopped, with the most dead index entries a sweep stepped over.
+        keys = ("claims", "claim_ms_p50", "claim_ms_p99", "claim_sweeps", "claims_from_places")
+        print(f"worker {i}: " + ", ".join(f"{k} {stats.get(k)}" for k in (*keys, "dead_entries_walked_max")))
     series = r["pending_samples"]
     print("pending every 5 s: " + " ".join(f"{at:.0f}s:{n}" for at, n in series[::5]))
     dead = r["dead_tuples"]
