@@ -132,9 +132,9 @@ _SCAN_FROM_PLACE = (
 _KINDS_IN_ROOM = f"({_KINDS_FROM_PLACES}) k CROSS JOIN LATERAL (SELECT {{kind_room}} AS room) kr"
 # The count of dead claim-index entries a claim steps over (see transitions.positions and
 # migration 0016), read in a CTE before the scans (`walk`: the scans refer to it, so it is read
-# first) and again in the claim's last row. Only a worker of every queue remembers places; the
-# other claims read every kind from its head, and count nothing (0): their statements are the
-# longest, and must stay within psycopg's cache of parsed statements (4 KiB).
+# first) and again in the claim's last row. The claim beside paused queues reads every kind from
+# its head and counts nothing (0): its statement is the longest, and must stay within psycopg's
+# cache of parsed statements (4 KiB).
 _WALK = "walk AS MATERIALIZED (SELECT django_jobs_claim_index_reads() AS before), "
 _WALKED = "(SELECT django_jobs_claim_index_reads() - wk.before FROM walk wk)::int"
 _MERGED = (
@@ -247,15 +247,47 @@ _CLAIM_ANY_QUEUE_BESIDE_PAUSED = (
 # queue. Rows locked for a queue but cut by the outer LIMIT are unlocked when this statement
 # commits. A paused queue is left out before its scan: the filter on its rows alone would read
 # its whole backlog to find nothing.
-_CLAIM_NAMED_QUEUES = (
-    f"WITH {_PROMOTE}candidates AS (SELECT c.* FROM unnest(%(queues)s::text[], %(rooms)s::int[])"
+# The queue of a scan is left out before the scan when paused (the filter on q.name), so its rows
+# are not tested again.
+_NAMED_QUEUES_CANDIDATES = (
+    f"{_WALK}candidates AS (SELECT c.* FROM walk wk CROSS JOIN unnest(%(queues)s::text[], %(rooms)s::int[])"
     " WITH ORDINALITY AS q(name, room, turn) CROSS JOIN LATERAL ("
     f" SELECT x.*, row_number() OVER () AS rank FROM ({_MERGED} LIMIT q.room) x) c"
     f" WHERE q.name NOT IN ({_PAUSED_QUEUES})"
     " ORDER BY c.rank, q.turn LIMIT %(limit)s)"
-).replace("{kinds}", f"({_KINDS}) k").replace("{scan}", _SCAN).replace("{walk_first}", "").replace(
-    "{queue}", "queue = q.name AND "
-) + _CLAIM_TAIL.replace("{walked}", "0").replace("{promoted}", _COUNT_PROMOTED)
+).replace("{walk_first}", " WHERE wk.before IS NOT NULL")
+_CLAIM_NAMED_QUEUES = (
+    (
+        f"WITH {_PROMOTE}"
+        + _NAMED_QUEUES_CANDIDATES.replace("{kinds}", f"({_KINDS}) k").replace("{scan}", _SCAN)
+        + _CLAIM_TAIL.replace("{walked}", _WALKED).replace("{promoted}", _COUNT_PROMOTED)
+    )
+    .replace(_NOT_PAUSED, "")
+    .replace("{queue}", "queue = q.name AND ")
+)
+# The same from places, one per queue and kind: the places travel as arrays of queues × kinds,
+# the queues in their turns' order; each queue's scans read its row. Each arm orders by the queue
+# first and tests it as `= ANY(ARRAY[...])`, so that only django_jobs_ready_queue yields its order
+# (`queue = q.name` would make the queue a constant of the scan, and django_jobs_ready, with the
+# queue as a filter, would step over the other queues' entries, the dead ones included).
+_QUEUE_ANY = "queue = ANY(ARRAY[q.name]) AND "
+_NAMED_KINDS_IN_ROOM = (
+    "unnest(%(kind_types)s::text[], %(kind_versions)s::int[], (%(kind_fp)s::int[])[q.turn:q.turn],"
+    " (%(kind_fa)s::float8[])[q.turn:q.turn], (%(kind_fi)s::bigint[])[q.turn:q.turn])"
+    " AS k(type, version, fp, fa, fi) CROSS JOIN LATERAL (SELECT {kind_room} AS room) kr"
+)
+_CLAIM_NAMED_QUEUES_FROM_PLACES = (
+    (
+        "WITH "
+        + _NAMED_QUEUES_CANDIDATES.replace("{kinds}", _NAMED_KINDS_IN_ROOM).replace(
+            "{scan}",
+            _SCAN_FROM_PLACE.replace(" ORDER BY ", " ORDER BY queue, ").replace("{queue}", _QUEUE_ANY),
+        )
+        + _CLAIM_TAIL.replace("{walked}", _WALKED).replace("{promoted}", "0")
+    )
+    .replace(_NOT_PAUSED, "")
+    .replace("{queue}", "queue = q.name AND ")
+)
 
 # ---- concurrency keys -----------------------------------------------------------------------
 #
@@ -418,7 +450,7 @@ class ClaimStatement:
         oldest = oldest or {}
         # Each statement with the room each kind's scan has: the claim's limit, or the queue's.
         templates = (
-            [(_CLAIM_NAMED_QUEUES, "q.room")]
+            [(_CLAIM_NAMED_QUEUES, "q.room"), (_CLAIM_NAMED_QUEUES_FROM_PLACES, "q.room")]
             if queues
             else [
                 (_CLAIM_ANY_QUEUE, "%(limit)s"),
@@ -466,10 +498,10 @@ class ClaimStatement:
         # same size however many types a worker knows, so psycopg keeps its parsed form cached
         # (it caches statements up to 4 KiB; one CASE branch per type outgrew that).
         self._usual = statements[0]
-        #: The claim from the places this worker's claims stopped (a worker of every queue).
-        self._from_places = None if queues else statements[1]
+        #: The claim from the places this worker's claims stopped.
+        self._from_places = statements[1]
         #: The statement of a worker that serves every queue while some queue is paused.
-        self._beside_paused = statements[-1]
+        self._beside_paused = statements[0] if queues else statements[2]
         #: Whether the last claim saw a paused queue (only a worker of every queue cares).
         self.queues_paused = False
         self._params: dict[str, Any] = {
@@ -485,7 +517,7 @@ class ClaimStatement:
         self._params["kind_types"] = [name for name, _ in kinds]
         self._params["kind_versions"] = [v for _, v in kinds]
         #: Where this worker's claims stopped in each kind, and whether the next claim starts there.
-        self.positions = ClaimPositions(kinds)
+        self.positions = ClaimPositions(kinds, queues)
         #: The rate-limited types this statement claims, whose window rows must exist.
         self.rate_limited = sorted(rates)
         if rates:
@@ -509,7 +541,8 @@ class ClaimStatement:
     def sql_from_places(self) -> str | None:
         """The statement that reads each kind from where this worker's claims stopped, when
         the next claim may (see transitions.positions), else None."""
-        if self._from_places is None or self.queues_paused or self.positions.sweep_due():
+        # A worker of every queue claims per queue while one is paused: from the heads.
+        if (self.queues_paused and not self.queues) or self.positions.sweep_due():
             return None
         return self._from_places
 
@@ -576,7 +609,7 @@ def _claim_once(statement: ClaimStatement, params: dict[str, Any]) -> tuple[list
     """One claim statement: the jobs it claimed, and how many it promoted."""
     sql = statement.sql_from_places()
     if sql is not None:
-        params = {**params, **statement.positions.params()}
+        params = {**params, **statement.positions.params(params["queues"])}
     started = time.perf_counter()
     with bound_cursor(jobs_settings.DATABASE, prepared=True) as cursor:
         cursor.execute(sql or statement.sql, params)
@@ -592,7 +625,7 @@ def _claim_once(statement: ClaimStatement, params: dict[str, Any]) -> tuple[list
     # queues, the queues' turns).
     rows = sorted((row for row in rows if row[0] is not None), key=lambda row: row[-1])
     statement.positions.claimed(
-        ((row[2], row[3], row[10], row[15], row[0]) for row in rows),
+        ((row[1], row[2], row[3], row[10], row[15], row[0]) for row in rows),
         walked=counts[5],
         swept=sql is None,
         seconds=seconds,

@@ -19,8 +19,9 @@ every ``POLL_INTERVAL``, and no more often than ``SWEEP_COST_SHARE`` times its o
 sweeps take at most a tenth of the claim loop's time, however long the hold. A sweep that
 steps over fewer entries than the limit ends the mode.
 
-Only a worker of every queue remembers positions (its claim scans one index per kind); a worker
-of named queues, and one of every queue while a queue is paused, reads each kind from its head.
+A worker of named queues scans each queue's kinds, and remembers a place per queue and kind; a
+worker of every queue, one per kind, except while a queue is paused: it then claims per queue,
+from the heads.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Iterable, Sequence
+from typing import Any
 
 from django_jobs.conf import jobs_settings
 
@@ -50,9 +52,10 @@ Place = tuple[int, float, int]
 class ClaimPositions:
     """The places a worker's claims stopped, per kind, and when its next claim is a sweep."""
 
-    def __init__(self, kinds: Sequence[Kind]) -> None:
+    def __init__(self, kinds: Sequence[Kind], queues: Sequence[str] | None = None) -> None:
         self._kinds = list(kinds)
-        self._places: dict[Kind, Place] = {}
+        self._by_queue = bool(queues)
+        self._places: dict[tuple[str | None, str, int], Place] = {}
         #: Whether claims start at the remembered places (the last sweep stepped over many).
         self.remembering = False
         #: Whether the last claim read every kind from its head.
@@ -80,13 +83,21 @@ class ClaimPositions:
         reach (the outlook found one due, or jobs were promoted with their earlier due times)."""
         self._sweep_wanted = True
 
-    def params(self) -> dict[str, list[int] | list[float]]:
-        """The places as the statement reads them: arrays aligned with the worker's kinds."""
-        places = [self._places.get(kind, _HEAD) for kind in self._kinds]
+    def params(self, queues: Sequence[str] = ()) -> dict[str, Any]:
+        """The places as the statement reads them: arrays aligned with the worker's kinds; with
+        named queues, an array of those per queue, in the order of ``queues`` (this claim's)."""
+        if not self._by_queue:
+            places = [self._places.get((None, *kind), _HEAD) for kind in self._kinds]
+            return {
+                "kind_fp": [place[0] for place in places],
+                "kind_fa": [place[1] for place in places],
+                "kind_fi": [place[2] for place in places],
+            }
+        grid = [[self._places.get((queue, *kind), _HEAD) for kind in self._kinds] for queue in queues]
         return {
-            "kind_fp": [place[0] for place in places],
-            "kind_fa": [place[1] for place in places],
-            "kind_fi": [place[2] for place in places],
+            "kind_fp": [[place[0] for place in row] for row in grid],
+            "kind_fa": [[place[1] for place in row] for row in grid],
+            "kind_fi": [[place[2] for place in row] for row in grid],
         }
 
     def describe(self) -> str:
@@ -101,14 +112,19 @@ class ClaimPositions:
         return f"claims step over few dead index entries again ({self.walked}): each reads all from the start"
 
     def claimed(
-        self, taken: Iterable[tuple[str, int, int, float, int]], *, walked: int, swept: bool, seconds: float
+        self,
+        taken: Iterable[tuple[str, str, int, int, float, int]],
+        *,
+        walked: int,
+        swept: bool,
+        seconds: float,
     ) -> None:
-        """Note a claim: ``taken`` are the (type, version, priority, due time, id) of the jobs it
-        took, in the claim's order; ``walked`` the dead entries it stepped over; ``swept`` whether
-        it read every kind from its head, in ``seconds``."""
-        for job_type, version, priority, due, job_id in taken:
+        """Note a claim: ``taken`` are the (queue, type, version, priority, due time, id) of the
+        jobs it took, in the claim's order; ``walked`` the dead entries it stepped over; ``swept``
+        whether it read every kind from its head, in ``seconds``."""
+        for queue, job_type, version, priority, due, job_id in taken:
             # The last taken is the furthest: each kind's rows come in its claim order.
-            self._places[(job_type, version)] = (priority, due, job_id)
+            self._places[(queue if self._by_queue else None, job_type, version)] = (priority, due, job_id)
         self.walked = walked
         self.last_swept = swept
         if not swept:

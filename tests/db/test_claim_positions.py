@@ -57,6 +57,10 @@ def every_queue() -> ClaimStatement:
     return ClaimStatement("w-test", None, {"test.noop": 1, "test.record": 1})
 
 
+def named_queues() -> ClaimStatement:
+    return ClaimStatement("w-test", ["default", "mail"], {"test.noop": 1, "test.record": 1})
+
+
 def drain(statement: ClaimStatement) -> tuple[list[int], list[tuple[bool, int]]]:
     """Claim batches until one comes back empty: the ids taken, and (swept, walked) per claim."""
     ids: list[int] = []
@@ -85,6 +89,26 @@ def test_under_a_held_horizon_claims_start_where_the_last_ones_stopped(held_hori
         # A sweep still steps over every one of them: the horizon is still held.
         statement.positions.want_sweep()
         assert claim(statement, BATCH) == [] and statement.positions.walked == BACKLOG
+
+
+def test_a_worker_of_named_queues_starts_each_queue_where_its_claims_stopped(held_horizon: object) -> None:
+    backlog()
+    enqueue_many("test.noop", [{}] * BACKLOG, queue="mail")
+    statement = named_queues()
+    with override_settings(DJANGO_JOBS=NO_TIMED_SWEEPS):
+        ids, seen = drain(statement)
+        assert sorted(ids) == sorted(Job.objects.values_list("id", flat=True)), "each job exactly once"
+        assert statement.positions.remembering
+        sweeps = [walked for swept, walked in seen if swept]
+        resumed = [walked for swept, walked in seen if not swept]
+        assert sweeps[-1] > DEAD_WALK_LIMIT and len(resumed) > len(sweeps) and max(resumed) == 0
+        # A job of one queue before that queue's place waits for a sweep; the other queue's
+        # place is its own.
+        urgent = enqueue("test.noop", {}, queue="mail", priority=10)
+        later = enqueue("test.noop", {}, queue="default")
+        assert [c.id for c in claim(statement, BATCH)] == [later.id]
+        statement.positions.want_sweep()
+        assert [c.id for c in claim(statement, BATCH)] == [urgent.id]
 
 
 def test_a_job_before_the_place_is_taken_by_the_next_sweep(held_horizon: object) -> None:

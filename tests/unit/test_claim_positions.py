@@ -16,8 +16,10 @@ KINDS = [("test.noop", 1), ("test.other", 1), ("test.other", 2)]
 DUE = 1_764_669_600.0  # 2026-12-02 10:00 UTC
 
 
-def taken(*ids: int, kind: tuple[str, int] = ("test.noop", 1)) -> list[tuple[str, int, int, float, int]]:
-    return [(kind[0], kind[1], 0, DUE + job_id, job_id) for job_id in ids]
+def taken(
+    *ids: int, kind: tuple[str, int] = ("test.noop", 1), queue: str = "default"
+) -> list[tuple[str, str, int, int, float, int]]:
+    return [(queue, kind[0], kind[1], 0, DUE + job_id, job_id) for job_id in ids]
 
 
 def test_every_claim_is_a_sweep_while_claims_step_over_few_dead_entries() -> None:
@@ -70,3 +72,12 @@ def test_the_place_is_the_last_job_taken_in_each_kind_even_one_a_sweep_took_befo
     # there: the next claims start from it, and step over what lies between once.
     positions.claimed(taken(3), walked=5000, swept=True, seconds=0.0)
     assert positions.params()["kind_fi"] == [3, 0, 5]
+
+
+def test_a_worker_of_named_queues_has_a_place_per_queue_and_kind_in_the_claims_turn_order() -> None:
+    positions = ClaimPositions(KINDS, ["default", "mail"])
+    positions.claimed(taken(4) + taken(9, queue="mail"), walked=DEAD_WALK_LIMIT + 1, swept=True, seconds=0.0)
+    params = positions.params(["mail", "default"])  # this claim's turn: mail first
+    assert params["kind_fi"] == [[9, 0, 0], [4, 0, 0]]
+    assert params["kind_fp"] == [[0, 101, 101], [0, 101, 101]]
+    assert positions.params(["default", "mail"])["kind_fa"][0] == [DUE + 4, -math.inf, -math.inf]
