@@ -14,6 +14,7 @@ from django_jobs.registry import registry
 from django_jobs.runtime.worker import Worker
 from django_jobs.transitions import claim
 from django_jobs.transitions.claimable import claim_filter, claim_inputs, positional, row_conditions
+from django_jobs.transitions.execution import _NOT_PAUSED, _PAUSED_QUEUES
 from tests.factories import JobFactory
 
 pytestmark = pytest.mark.django_db
@@ -98,6 +99,12 @@ def test_claimable_filters_with_the_claim_statements_own_text() -> None:
         sql, _ = claim_filter(inputs)
         conditions = row_conditions(inputs)
         assert sql.endswith(conditions)
-        assert worker._producer.statement.sql.count(conditions) == 1
+        statement = worker._producer.statement.sql
+        if queues:
+            # A worker of named queues leaves a paused queue out before its scans, and tests the
+            # rest of the conditions on each row.
+            assert statement.count(f"q.name NOT IN ({_PAUSED_QUEUES})") == 1
+            conditions = conditions.replace(_NOT_PAUSED, "")
+        assert statement.count(conditions) == 1
     raw, params = positional(*claim_filter(claim_inputs(registry.all())))
     assert "%(" not in raw and raw.count("%s") == len(params)
