@@ -15,7 +15,7 @@ they led to). When a claim that read every kind from its head (a *sweep*) steppe
 (its place in the claim order: priority, due time, id): only what lies beyond it. A job that
 appears before that place (of a higher priority, due earlier, given back, recovered, or whose
 concurrency key or rate window just freed up) is found by the next sweep, which runs at least
-every ``POLL_INTERVAL``, and no more often than ``SWEEP_COST_SHARE`` times its own duration: the
+every ``POLL_INTERVAL``, and at most once per ``SWEEP_COST_SHARE`` times its own duration: the
 sweeps take at most a tenth of the claim loop's time, however long the hold. A sweep that
 steps over fewer entries than the limit ends the mode.
 
@@ -36,7 +36,7 @@ from django_jobs.conf import jobs_settings
 #: A sweep that stepped over more dead claim-index entries than this turns positions on (about a
 #: millisecond of the claim's time, at a microsecond or so an entry).
 DEAD_WALK_LIMIT = 1_000
-#: While positions are remembered, a sweep runs no more often than this many times its own
+#: While positions are remembered, a sweep runs at most once per this many times its own
 #: duration.
 SWEEP_COST_SHARE = 10
 #: No place: a priority above the allowed range (-100 … 100), so that the statement's arm for the
