@@ -6,9 +6,11 @@ windows, and mints each an ``execution_id`` and a lease. Every later write of th
 guarded by ``(id, execution_id, status='running')`` (``transitions.leases``, ``.outcomes``).
 
 Over 300 lines: the claim is one statement composed from named parts (the promotion of due
-scheduled jobs, the scan per kind, the key and rate admissions, the variants for any queue or
-named queues in turns) and ``claimable`` reads the same parts; they are read and changed
-together, so they stay in one file.
+scheduled jobs, the scan per kind, the key and rate admissions, the count of dead index entries,
+the variants for any queue or named queues in turns, each from the heads or from the places of
+``transitions.positions``) and ``claimable`` reads the same parts; they are read and changed
+together, and their sizes against psycopg's 4 KiB cache are weighed together, so they stay in
+one file. The rule of when to claim from places lives in ``positions``.
 """
 
 from __future__ import annotations
@@ -192,29 +194,33 @@ _CLAIM_TAIL = (
     " NULL, NULL, NULL, NULL, NULL, NULL, NULL, {promoted}"
 )
 _COUNT_PROMOTED = "(SELECT count(*) FROM promoted)"
-_ANY_QUEUE_CANDIDATES = (
-    (f"{_WALK}candidates AS (SELECT c.* FROM walk wk CROSS JOIN LATERAL ({_MERGED} LIMIT %(limit)s) c)")
-    .replace("{queue}", "")
-    .replace("{walk_first}", " WHERE wk.before IS NOT NULL")
-)
-_CLAIM_ANY_QUEUE = (
-    f"WITH {_PROMOTE}"
-    + _ANY_QUEUE_CANDIDATES.replace("{kinds}", f"({_KINDS}) k").replace(
-        "{scan}", _SCAN.replace("{queue}", "")
+
+
+def _claim_sql(candidates: str, kinds: str, scan: str, *, promotes: bool) -> str:
+    """A claim statement: its candidates read from ``kinds`` with ``scan``, then the tail. A claim
+    that reads from places promotes nothing (see _CLAIM_ANY_QUEUE_FROM_PLACES)."""
+    promoted = _COUNT_PROMOTED if promotes else "0"
+    return (
+        "WITH "
+        + (_PROMOTE if promotes else "")
+        + candidates.replace("{kinds}", kinds).replace("{scan}", scan)
+        + _CLAIM_TAIL.replace("{walked}", _WALKED).replace("{promoted}", promoted)
     )
-    + _CLAIM_TAIL.replace("{walked}", _WALKED).replace("{promoted}", _COUNT_PROMOTED)
+
+
+_ANY_QUEUE_CANDIDATES = (
+    f"{_WALK}candidates AS (SELECT c.* FROM walk wk CROSS JOIN LATERAL ({_MERGED} LIMIT %(limit)s) c)"
+).replace("{walk_first}", " WHERE wk.before IS NOT NULL")
+_CLAIM_ANY_QUEUE = _claim_sql(_ANY_QUEUE_CANDIDATES, f"({_KINDS}) k", _SCAN, promotes=True).replace(
+    "{queue}", ""
 )
 # The same, each kind read from the place this worker's last claim in it stopped (see
 # transitions.positions): the claim of a worker whose claims step over many dead entries. It
 # promotes nothing: a promoted job keeps its due time, before the places, so the sweeps, which
 # read every kind from its head, promote jobs and claim them.
-_CLAIM_ANY_QUEUE_FROM_PLACES = (
-    "WITH "
-    + _ANY_QUEUE_CANDIDATES.replace("{kinds}", _KINDS_IN_ROOM).replace(
-        "{scan}", _SCAN_FROM_PLACE.replace("{queue}", "")
-    )
-    + _CLAIM_TAIL.replace("{walked}", _WALKED).replace("{promoted}", "0")
-)
+_CLAIM_ANY_QUEUE_FROM_PLACES = _claim_sql(
+    _ANY_QUEUE_CANDIDATES, _KINDS_IN_ROOM, _SCAN_FROM_PLACE, promotes=False
+).replace("{queue}", "")
 # A paused queue keeps its jobs pending, and its backlog grows while it is paused. A worker that
 # serves every queue scans django_jobs_ready, which holds the ready jobs of all queues by kind:
 # it would read a paused backlog through at every claim, to take none of it (a million paused
@@ -257,11 +263,7 @@ _NAMED_QUEUES_CANDIDATES = (
     " ORDER BY c.rank, q.turn LIMIT %(limit)s)"
 ).replace("{walk_first}", " WHERE wk.before IS NOT NULL")
 _CLAIM_NAMED_QUEUES = (
-    (
-        f"WITH {_PROMOTE}"
-        + _NAMED_QUEUES_CANDIDATES.replace("{kinds}", f"({_KINDS}) k").replace("{scan}", _SCAN)
-        + _CLAIM_TAIL.replace("{walked}", _WALKED).replace("{promoted}", _COUNT_PROMOTED)
-    )
+    _claim_sql(_NAMED_QUEUES_CANDIDATES, f"({_KINDS}) k", _SCAN, promotes=True)
     .replace(_NOT_PAUSED, "")
     .replace("{queue}", "queue = q.name AND ")
 )
@@ -270,21 +272,16 @@ _CLAIM_NAMED_QUEUES = (
 # first and tests it as `= ANY(ARRAY[...])`, so that only django_jobs_ready_queue yields its order
 # (`queue = q.name` would make the queue a constant of the scan, and django_jobs_ready, with the
 # queue as a filter, would step over the other queues' entries, the dead ones included).
-_QUEUE_ANY = "queue = ANY(ARRAY[q.name]) AND "
 _NAMED_KINDS_IN_ROOM = (
     "unnest(%(kind_types)s::text[], %(kind_versions)s::int[], (%(kind_fp)s::int[])[q.turn:q.turn],"
     " (%(kind_fa)s::float8[])[q.turn:q.turn], (%(kind_fi)s::bigint[])[q.turn:q.turn])"
     " AS k(type, version, fp, fa, fi) CROSS JOIN LATERAL (SELECT {kind_room} AS room) kr"
 )
+_NAMED_SCAN_FROM_PLACE = _SCAN_FROM_PLACE.replace(" ORDER BY ", " ORDER BY queue, ").replace(
+    "{queue}", "queue = ANY(ARRAY[q.name]) AND "
+)
 _CLAIM_NAMED_QUEUES_FROM_PLACES = (
-    (
-        "WITH "
-        + _NAMED_QUEUES_CANDIDATES.replace("{kinds}", _NAMED_KINDS_IN_ROOM).replace(
-            "{scan}",
-            _SCAN_FROM_PLACE.replace(" ORDER BY ", " ORDER BY queue, ").replace("{queue}", _QUEUE_ANY),
-        )
-        + _CLAIM_TAIL.replace("{walked}", _WALKED).replace("{promoted}", "0")
-    )
+    _claim_sql(_NAMED_QUEUES_CANDIDATES, _NAMED_KINDS_IN_ROOM, _NAMED_SCAN_FROM_PLACE, promotes=False)
     .replace(_NOT_PAUSED, "")
     .replace("{queue}", "queue = q.name AND ")
 )
@@ -621,17 +618,16 @@ def _claim_once(statement: ClaimStatement, params: dict[str, Any]) -> tuple[list
     # The next claim picks its statement by what this one saw: a pause or a resume is followed
     # from the claim after it (until then, the claim is right, only slower or needlessly careful).
     statement.queues_paused = counts[3] > 0
-    # RETURNING follows no order: put the rows back in the claim's (best first; with named
-    # queues, the queues' turns).
-    rows = sorted((row for row in rows if row[0] is not None), key=lambda row: row[-1])
+    rows = [row for row in rows if row[0] is not None]
     statement.positions.claimed(
         ((row[1], row[2], row[3], row[10], row[15], row[0]) for row in rows),
         walked=counts[5],
         swept=sql is None,
         seconds=seconds,
     )
-    # The counted ones first, since they are meant for idle threads.
-    rows.sort(key=lambda row: not row[-4])
+    # RETURNING follows no order: put the rows back in the claim's (best first; with named
+    # queues, the queues' turns), the counted ones first since they are meant for idle threads.
+    rows.sort(key=lambda row: (not row[-4], row[-1]))
     # The due time, exact in a float8 (microseconds since the epoch fit in its 53 bits), places
     # the claim (see transitions.positions); the wait is computed from it.
     claims = [Claim(*row[:15]) for row in rows]

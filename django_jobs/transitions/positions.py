@@ -120,19 +120,30 @@ class ClaimPositions:
         seconds: float,
     ) -> None:
         """Note a claim: ``taken`` are the (queue, type, version, priority, due time, id) of the
-        jobs it took, in the claim's order; ``walked`` the dead entries it stepped over; ``swept``
-        whether it read every kind from its head, in ``seconds``."""
-        for queue, job_type, version, priority, due, job_id in taken:
-            # The last taken is the furthest: each kind's rows come in its claim order.
-            self._places[(queue if self._by_queue else None, job_type, version)] = (priority, due, job_id)
+        jobs it took, in any order; ``walked`` the dead entries it stepped over; ``swept`` whether
+        it read every kind from its head, in ``seconds``. The places are kept only while claims
+        start from them: otherwise a claim costs nothing more than the counts."""
         self.walked = walked
         self.last_swept = swept
-        if not swept:
+        if swept:
+            self.sweeps += 1
+            self.most_walked = max(self.most_walked, walked)
+            self._sweep_wanted = False
+            self._swept_at = time.monotonic()
+            self._sweep_seconds = seconds
+            self.remembering = walked > DEAD_WALK_LIMIT
+            if not self.remembering:
+                self._places.clear()
+                return
+        else:
             self.resumed += 1
-            return
-        self.sweeps += 1
-        self.most_walked = max(self.most_walked, walked)
-        self._sweep_wanted = False
-        self._swept_at = time.monotonic()
-        self._sweep_seconds = seconds
-        self.remembering = walked > DEAD_WALK_LIMIT
+        # Each kind's place is the furthest job this claim took in it, in the claim's order
+        # (best priority first, then the longest due, then the id): a sweep that stopped short of
+        # an earlier place moves it back, so the next claims read what the sweep left.
+        furthest: dict[tuple[str | None, str, int], Place] = {}
+        for queue, job_type, version, priority, due, job_id in taken:
+            key = (queue if self._by_queue else None, job_type, version)
+            best = furthest.get(key)
+            if best is None or (-priority, due, job_id) > (-best[0], best[1], best[2]):
+                furthest[key] = (priority, due, job_id)
+        self._places.update(furthest)
