@@ -11,14 +11,11 @@ it), turns their rows into ``Job`` instances and tells who listens (``job_enqueu
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable
 from contextlib import nullcontext
 from typing import Any, Protocol
 
 from django.db import connections, transaction
-from django.db.models import NOT_PROVIDED, Value
-from django.db.models.base import ModelState
-from django.db.models.signals import post_init, pre_init
 
 from django_jobs import signals
 from django_jobs.conf import jobs_settings
@@ -33,6 +30,7 @@ from django_jobs.enqueue_options import (
     validate_items,
     validate_options,
 )
+from django_jobs.enqueue_rows import COLUMNS, job_from_row, job_maker, unsaved_jobs
 from django_jobs.models import Job
 from django_jobs.observe import metrics
 from django_jobs.transitions import enqueue as enqueue_sql
@@ -114,39 +112,22 @@ def enqueue_many(
     if not items:
         return []
     if capture is not None:
-        return capture(_unsaved(options, items), options.delay, lambda: _insert(options, items))
+        return capture(unsaved_jobs(options, items), options.delay, lambda: _insert(options, items))
     return _insert(options, items)
-
-
-_FIELDS = Job._meta.concrete_fields
-_COLUMNS: list[str] = [str(f.column) for f in _FIELDS]
-_ATTNAMES = [f.attname for f in _FIELDS]
-
-
-def _stored_default(field: Any) -> Any:
-    """What the database puts in a column the INSERT leaves out (None for an expression: the
-    INSERT returns those it needs)."""
-    default = field.db_default
-    if isinstance(default, Value):
-        return default.value
-    return None if default is NOT_PROVIDED or hasattr(default, "resolve_expression") else default
-
-
-#: Columns the INSERT leaves to their database default, as the new row holds them.
-_LEFT_TO_DEFAULTS = {f.attname: _stored_default(f) for f in _FIELDS}
 
 
 def _insert(options: Options, items: list[Item]) -> list[Job]:
     alias = jobs_settings.DATABASE
     result: list[Job | None] = [None] * len(items)
     made = [False] * len(items)  # the item created its job (not deduplicated onto another)
-    make_job = _job_maker(alias, options)
+    make_job = job_maker(alias, options)
     shared = options.statement_params()
     rows = [(item.encoded, item.unique_key, item.concurrency_key) for item in items]
     # One INSERT is atomic by itself; several (a large enqueue_many) share a transaction, so
     # the call is all or nothing even in autocommit mode.
     atomic = transaction.atomic(using=alias) if len(items) > enqueue_sql.ROWS_PER_INSERT else nullcontext()
-    with atomic, django_bound_cursor(alias, prepare=prepares_statements(alias)) as cursor:
+    cursor = django_bound_cursor(alias, prepare=prepares_statements(alias), binary_results=True)
+    with atomic, cursor:
         # Rows without a key first: none of them can be dropped by ON CONFLICT, so RETURNING
         # lines up with them one to one; keyed rows are matched by their key.
         todo = [i for i, item in enumerate(items) if item.unique_key is None]
@@ -175,7 +156,7 @@ def _insert(options: Options, items: list[Item]) -> list[Job]:
                     made[i] = True
                 else:
                     missing.append(i)
-            todo = _fill_from_holders(cursor, alias, options, items, missing, result)
+            todo = _fill_from_holders(alias, options, items, missing, result)
     if signals.listened(signals.job_enqueued):
         _announce(alias, [job for job, new in zip(result, made, strict=True) if new and job is not None])
     if metrics.AVAILABLE:
@@ -195,76 +176,7 @@ def _announce(alias: str, jobs: list[Job]) -> None:
     signals.after_commit(alias, send)
 
 
-def _unsaved(options: Options, items: list[Item]) -> list[Job]:
-    """The jobs of a call as model instances that were never written (no id, no dates but
-    ``run_at``, as ``available_at``)."""
-    when = {"available_at": options.run_at} if options.run_at is not None else {}
-    return [
-        Job(
-            **when,
-            queue=options.queue,
-            type=options.type,
-            version=options.version,
-            payload=item.payload,
-            status="pending",
-            priority=options.priority,
-            attempts=0,
-            max_attempts=options.max_attempts,
-            unique_key=item.unique_key,
-            on_lost=options.on_lost,
-            concurrency_key=item.concurrency_key,
-            concurrency_limit=options.concurrency_limit if item.concurrency_key is not None else None,
-            on_lost_in_call=options.on_lost_in_call,
-        )
-        for item in items
-    ]
-
-
-def _job_maker(alias: str, options: Options) -> Callable[[Item, tuple[Any, ...]], Job]:
-    """Turn an inserted row into a model instance, from what we sent and what the database computed.
-
-    The fields every job of the call shares are laid out once; each job adds its own.
-    """
-    shared = dict(_LEFT_TO_DEFAULTS)  # in the order of _ATTNAMES
-    shared.update(
-        queue=options.queue,
-        type=options.type,
-        version=options.version,
-        status="pending",
-        priority=options.priority,
-        attempts=0,
-        max_attempts=options.max_attempts,
-        on_lost=options.on_lost,
-        on_lost_in_call=options.on_lost_in_call,
-    )
-    limit = options.concurrency_limit
-    with_init = pre_init.has_listeners(Job) or post_init.has_listeners(Job)
-
-    def make(item: Item, returned: tuple[Any, ...]) -> Job:
-        values = shared.copy()
-        (values["id"], values["unique_key"], values["available_at"], values["created_at"]) = returned
-        # As the insert's trigger set it: created_at is the statement's now().
-        values["ready"] = values["available_at"] <= values["created_at"]
-        values["payload"] = item.payload
-        if item.concurrency_key is not None:
-            values["concurrency_key"] = item.concurrency_key
-            values["concurrency_limit"] = limit
-        if with_init:
-            return Job.from_db(alias, _ATTNAMES, [values[name] for name in _ATTNAMES])
-        # What Model.from_db makes, without Model.__init__'s walk over every field: with nobody
-        # listening to its signals, the instance is the same, for a fifth of the time.
-        job = Job.__new__(Job)
-        job.__dict__.update(values)
-        job._state = ModelState()
-        job._state.adding = False
-        job._state.db = alias
-        return job
-
-    return make
-
-
 def _fill_from_holders(
-    cursor: Any,
     alias: str,
     options: Options,
     items: list[Item],
@@ -275,8 +187,10 @@ def _fill_from_holders(
     if not missing:
         return []
     keys = sorted({key for i in missing if (key := items[i].unique_key) is not None})
-    rows = enqueue_sql.holders(cursor, _COLUMNS, options.type, keys)
-    holders = {job.unique_key: job for job in (_job_from_row(alias, row) for row in rows)}
+    # Django's own cursor, in the same transaction: whole rows, loaded as the ORM loads them.
+    with connections[alias].cursor() as cursor:
+        rows = enqueue_sql.holders(cursor, COLUMNS, options.type, keys)
+    holders = {job.unique_key: job for job in (job_from_row(alias, row) for row in rows)}
     retry: list[int] = []
     for i in missing:
         holder = holders.get(items[i].unique_key)
@@ -285,13 +199,3 @@ def _fill_from_holders(
         else:
             result[i] = holder
     return retry
-
-
-def _job_from_row(alias: str, row: Sequence[Any]) -> Job:
-    """A model instance from a raw row, with the fields' database converters applied (jsonb)."""
-    connection = connections[alias]
-    values = [
-        field.from_db_value(value, None, connection) if hasattr(field, "from_db_value") else value
-        for field, value in zip(_FIELDS, row, strict=True)
-    ]
-    return Job.from_db(alias, _ATTNAMES, values)

@@ -86,9 +86,14 @@ def _with_article(noun: str) -> str:
     return f"{'an' if vowel else 'a'} {noun}"
 
 
+#: One encoder for every call: ``json.dumps`` with options builds a new one each time, which
+#: costs more than encoding a small payload.
+_ENCODER = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+
+
 def encode(value: object) -> str:
     """``value`` as compact JSON text; check it with :func:`plain_json_problem` first."""
-    return json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+    return _ENCODER.encode(value)
 
 
 def bounded_problem(encoded: str, what: str, setting: str, limit: int) -> str | None:

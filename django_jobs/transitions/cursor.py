@@ -9,11 +9,16 @@ It runs on the very connection Django manages for the alias, so it sees the same
 (``transaction.atomic``, a test's transaction) and the same autocommit mode; psycopg's errors
 are turned into Django's (``OperationalError``, ``DataError``…) as with Django's own cursor,
 and an error marks the connection as Django does, so a broken one is replaced.
+
+The arrays of the statements that run for every job (enqueue_many's payloads, the outcome and
+heartbeat writes) are bound in binary (``%b``): psycopg's text format for a list builds the
+array literal in Python, quoting and escaping each element (30 µs a job for a payload of two
+fields, 7 µs a row for a UUID), where the binary format packs it in C in about 1 µs.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -96,17 +101,31 @@ def prepares_statements(alias: str) -> bool | None:
     return True
 
 
-def django_bound_cursor(alias: str, *, prepare: bool | None = None) -> Any:
+def django_bound_cursor(alias: str, *, prepare: bool | None = None, binary_results: bool = False) -> Any:
     """A server-binding cursor wrapped as Django wraps its own: for statements a web request runs.
 
     Unlike :func:`bound_cursor`, its statements pass through the connection's execute wrappers
     (tracing, ``django.db.connection.execute_wrapper``) and are logged with the request's queries
     under ``DEBUG`` (the debug toolbar, ``CaptureQueriesContext``), as an ORM statement would be.
     ``prepare``: as :class:`_QueryKeepingCursor`'s; the connection itself is left as it is.
+
+    ``binary_results``: rows come back in binary, loaded by psycopg's C loaders rather than the
+    text loaders Django registers (its ``timestamptz`` loader is Python, a third of a lone
+    INSERT's client time for two timestamps). Only for statements that return no ``json`` or
+    ``jsonb`` (Django loads those as text) and whose caller takes timestamps as psycopg gives
+    them: aware, in the connection's time zone (Django's are naive without ``USE_TZ``).
     """
     connection = connections[alias]
     with connection.wrap_database_errors:
         connection.ensure_connection()
         cursor = _QueryKeepingCursor(connection.connection, prepare=prepare)
+        if binary_results:
+            cursor.format = psycopg.pq.Format.BINARY
         # The wrapping Django's own connection.cursor() applies (debug log, execute wrappers).
         return connection._prepare_cursor(cursor)  # type: ignore[attr-defined]
+
+
+def seconds(values: Iterable[float | None]) -> list[float | None]:
+    """``values`` (durations, None for NULL) for a ``%b::float8[]`` parameter: psycopg refuses
+    to dump a list that mixes ints and floats in binary, and a delay or a lease may be an int."""
+    return [None if value is None else float(value) for value in values]

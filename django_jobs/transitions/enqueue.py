@@ -43,7 +43,7 @@ _INSERT_MANY = (
     " COALESCE(%(run_at)s::timestamptz, now() + make_interval(secs => %(delay)s)), 0, %(max_attempts)s,"
     " r.unique_key, %(on_lost)s, r.concurrency_key,"
     " CASE WHEN r.concurrency_key IS NOT NULL THEN %(concurrency_limit)s::int END, %(on_lost_in_call)s"
-    " FROM unnest(%(payloads)s::text[], %(keys)s::text[], %(concurrency_keys)s::text[])"
+    " FROM unnest(%(payloads)b::text[], %(keys)b::text[], %(concurrency_keys)b::text[])"
     " AS r(payload, unique_key, concurrency_key)"
     "{on_conflict}"
     " RETURNING id, unique_key, available_at, created_at)"

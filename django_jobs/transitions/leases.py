@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from django.db import connections
 
 from django_jobs.conf import jobs_settings
-from django_jobs.transitions.cursor import bound_cursor
+from django_jobs.transitions.cursor import bound_cursor, seconds
 
 # A worker that exits with executions still running cuts their leases short: they end with
 # the process, so the reaper may take the jobs back soon after, and not a whole lease later.
@@ -63,7 +63,7 @@ def set_checkpoint(job_id: int, execution_id: uuid.UUID, checkpoint_json: str) -
 # requests, for every execution still owning its job.
 _HEARTBEAT = """
 WITH beat AS (
-    SELECT * FROM unnest(%s::bigint[], %s::uuid[], %s::float8[], %s::float8[])
+    SELECT * FROM unnest(%b::bigint[], %b::uuid[], %b::float8[], %b::float8[])
         AS b(id, execution_id, lease, ran_for)
 )
 UPDATE django_jobs_job j SET
@@ -107,8 +107,8 @@ def heartbeat(beats: Iterable[Beat | tuple[int, uuid.UUID, float]]) -> dict[int,
             [
                 [b.job_id for b in rows],
                 [b.execution_id for b in rows],
-                [b.lease for b in rows],
-                [b.ran_for for b in rows],
+                seconds(b.lease for b in rows),
+                seconds(b.ran_for for b in rows),
             ],
         )
         return {row[0]: row[1] for row in cursor.fetchall()}

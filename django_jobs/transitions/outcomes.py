@@ -19,7 +19,7 @@ from django.db import transaction
 
 from django_jobs.conf import jobs_settings
 from django_jobs.states import JobStatus
-from django_jobs.transitions.cursor import bound_cursor
+from django_jobs.transitions.cursor import bound_cursor, seconds
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,8 +50,8 @@ class Outcome:
 # meanwhile: the caller decides again (cancelled), so that a cancelled job never runs again.
 _WRITE_OUTCOMES = """
 WITH outcome AS (
-    SELECT * FROM unnest(%s::bigint[], %s::uuid[], %s::text[], %s::float8[], %s::text[],
-                         %s::text[], %s::text[], %s::jsonb[], %s::int[], %s::float8[], %s::text[])
+    SELECT * FROM unnest(%b::bigint[], %b::uuid[], %b::text[], %b::float8[], %b::text[],
+                         %b::text[], %b::text[], %b::jsonb[], %b::int[], %b::float8[], %b::text[])
         AS o(id, execution_id, status, delay, error_code, error, event, details, attempts,
              ran_for, reason)
 ), moved AS (
@@ -102,7 +102,7 @@ UPDATE django_jobs_job j SET
     attempts = j.attempts + (j.started_at IS NULL)::int,
     started_at = COALESCE(j.started_at, now() - make_interval(secs => COALESCE(d.ran_for, 0))),
     completed_at = now(), finished_at = now(), lease_expires_at = NULL, return_value = d.result
-FROM unnest(%s::bigint[], %s::uuid[], %s::float8[], %s::jsonb[]) AS d(id, execution_id, ran_for, result)
+FROM unnest(%b::bigint[], %b::uuid[], %b::float8[], %b::jsonb[]) AS d(id, execution_id, ran_for, result)
 WHERE j.id = d.id AND j.execution_id = d.execution_id AND j.status = 'running'
 RETURNING j.id
 """
@@ -140,7 +140,7 @@ def _complete(outcomes: list[Outcome]) -> set[int]:
             [
                 [o.job_id for o in outcomes],
                 [o.execution_id for o in outcomes],
-                [o.ran_for for o in outcomes],
+                seconds(o.ran_for for o in outcomes),
                 [o.result for o in outcomes],
             ],
         )
@@ -161,6 +161,8 @@ def _write_others(outcomes: list[Outcome]) -> set[int]:
             strict=True,
         ):  # fmt: skip
             column.append(value)
+    columns[3] = seconds(columns[3])
+    columns[9] = seconds(columns[9])
     with bound_cursor(jobs_settings.DATABASE) as cursor:
         cursor.execute(_WRITE_OUTCOMES, columns)
         return {row[0] for row in cursor.fetchall()}

@@ -249,3 +249,36 @@ def test_subclasses_of_plain_values_are_accepted_as_their_value() -> None:
     job = enqueue("test.noop", {"code": _Code("a"), "level": Level.HIGH, "ok": True})
     job.refresh_from_db()
     assert job.payload == {"code": "a", "level": 3, "ok": True}
+
+
+@pytest.mark.parametrize("use_tz", [True, False], ids=["USE_TZ", "naive"])
+def test_the_returned_times_are_as_the_orm_reads_them(use_tz: bool) -> None:
+    """enqueue loads its INSERT's timestamps in binary, not through Django's loader: they must
+    still be what the ORM reads, aware with USE_TZ and naive local times without it."""
+    with override_settings(USE_TZ=use_tz, TIME_ZONE="America/Sao_Paulo"):
+        jobs = [enqueue(noop, {}), enqueue(noop, {}, delay=90), *enqueue_many(noop, [{}, {}], delay=5)]
+        for job in jobs:
+            stored = Job.objects.get(pk=job.pk)
+            assert (job.available_at, job.created_at, job.ready) == (
+                stored.available_at,
+                stored.created_at,
+                stored.ready,
+            )
+            assert timezone.is_aware(job.available_at) is use_tz
+            assert timezone.is_aware(job.created_at) is use_tz
+    assert [job.ready for job in jobs] == [True, False, False, False]
+
+
+def test_enqueue_many_stores_payloads_that_array_text_would_escape() -> None:
+    """The payloads travel as one binary text[]: quotes, backslashes, braces, commas, the word
+    NULL and empty strings reach the table unchanged, in their order."""
+    payloads: list[dict[str, Any]] = [
+        {"q": 'say "hi"', "b": "back\\slash", "brace": "{a,b}", "s": "NULL"},
+        {"": "", "nested": {"x": ['"', "\\", "}", ","]}, "nl": "line\nbreak\ttab"},
+        {"u": "ünïcødé ✓ 🚀", "n": -1, "f": 0.1},
+        {},
+    ]
+    jobs = enqueue_many(noop, payloads * 3)
+    stored = dict(Job.objects.filter(pk__in=[j.pk for j in jobs]).values_list("pk", "payload"))
+    assert [stored[job.pk] for job in jobs] == payloads * 3
+    assert [job.payload for job in jobs] == payloads * 3

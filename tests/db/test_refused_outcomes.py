@@ -97,3 +97,27 @@ def test_a_refused_outcome_of_an_execution_that_lost_its_job_writes_nothing() ->
     job = Job.objects.get(id=c.id)
     assert (job.status, job.execution_id) == (JobStatus.RUNNING, c.execution_id)
     assert not JobEvent.objects.filter(job_id=c.id, from_status=JobStatus.RUNNING).exists()
+
+
+def test_whole_seconds_are_written_as_durations() -> None:
+    """The outcome and heartbeat arrays are bound in binary, where psycopg refuses a list that
+    mixes ints and floats: a retry delay, a lease or a run time given as an int still writes."""
+    from django_jobs.transitions import Beat, heartbeat, write_outcomes
+
+    first, second = _claimed("test.noop"), _claimed("test.noop")
+    assert heartbeat(
+        [Beat(first.id, first.execution_id, 30, 2), Beat(second.id, second.execution_id, 1.5)]
+    ) == {
+        first.id: False,
+        second.id: False,
+    }
+    later = Outcome(
+        first.id, first.execution_id, JobStatus.PENDING, delay=60, error_code="X", attempts=1, ran_for=3
+    )
+    soon = Outcome(second.id, second.execution_id, JobStatus.PENDING, delay=0.5, error_code="X", attempts=1)
+    assert write_outcomes([later, soon]) == {first.id, second.id}
+    assert dict(Job.objects.filter(pk__in=[first.id, second.id]).values_list("pk", "status")) == {
+        first.id: JobStatus.PENDING,
+        second.id: JobStatus.PENDING,
+    }
+    assert Job.objects.get(pk=first.id).available_at > Job.objects.get(pk=second.id).available_at
