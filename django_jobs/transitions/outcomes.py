@@ -152,17 +152,16 @@ def _write_others(outcomes: list[Outcome]) -> set[int]:
         return set()
     columns: list[list[Any]] = [[] for _ in range(11)]
     for o in outcomes:
+        ran_for = None if o.ran_for is None else float(o.ran_for)  # see cursor.seconds
         for column, value in zip(
             columns,
             (
-                o.job_id, o.execution_id, o.status, o.delay, o.error_code, o.error, o.event,
-                o.details, o.attempts, o.ran_for, o.reason,
+                o.job_id, o.execution_id, o.status, float(o.delay), o.error_code, o.error, o.event,
+                o.details, o.attempts, ran_for, o.reason,
             ),
             strict=True,
         ):  # fmt: skip
             column.append(value)
-    columns[3] = seconds(columns[3])
-    columns[9] = seconds(columns[9])
     with bound_cursor(jobs_settings.DATABASE) as cursor:
         cursor.execute(_WRITE_OUTCOMES, columns)
         return {row[0] for row in cursor.fetchall()}
