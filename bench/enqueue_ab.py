@@ -4,8 +4,10 @@
 
 Each round runs one process per checkout (``TREE/.venv/bin/python bench/enqueue_ab.py
 --side``, ``PYTHONPATH=TREE``), one after the other, so whatever else the machine does weighs on
-each alike. A side, on the test project and a database of its own (``BENCH_DATABASE_NAME``,
-default ``django_jobs_bench_enqueue``, created and migrated by the first tree when missing):
+each alike. A side runs on the test project and a database of its checkout's own
+(``BENCH_DATABASE_NAME``, default ``django_jobs_bench_enqueue``, then ``_1``, ``_2``… by the
+checkout's place on the command line; created when missing, migrated by that checkout, so each
+runs on the schema its own migrations make):
 
 * ``single``: 1,500 ``enqueue("test.noop", {})``, each its own autocommit transaction;
 * ``bulk``: 10 × ``enqueue_many`` of 1,000 jobs, with empty payloads (``{}``, the peers'
@@ -95,20 +97,22 @@ def side() -> dict[str, Any]:
 def ensure_database(url: str) -> None:
     import psycopg
 
-    with psycopg.connect(url.rsplit("/", 1)[0] + "/postgres", autocommit=True) as conn:
-        if not conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", [BENCH_DB]).fetchone():
-            conn.execute(f'CREATE DATABASE "{BENCH_DB}"')
+    base, name = url.rsplit("/", 1)
+    with psycopg.connect(base + "/postgres", autocommit=True) as conn:
+        if not conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", [name]).fetchone():
+            conn.execute(f'CREATE DATABASE "{name}"')
 
 
 def main() -> None:
     rounds, trees = int(sys.argv[1]), [str(Path(t).resolve()) for t in sys.argv[2:]]
     url = os.environ.get("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/django_jobs").split("?")[0]
-    url = url.rsplit("/", 1)[0] + f"/{BENCH_DB}"
-    ensure_database(url)
+    urls = [url.rsplit("/", 1)[0] + f"/{BENCH_DB}_{place}" for place in range(1, len(trees) + 1)]
+    for tree_url in urls:
+        ensure_database(tree_url)
     results: dict[str, list[dict[str, Any]]] = {tree: [] for tree in trees}
     for _ in range(rounds):
-        for tree in trees:
-            env = {**os.environ, "PYTHONPATH": tree, "DATABASE_URL": url}
+        for tree, tree_url in zip(trees, urls, strict=True):
+            env = {**os.environ, "PYTHONPATH": tree, "DATABASE_URL": tree_url}
             argv = [f"{tree}/.venv/bin/python", str(ROOT / "bench" / "enqueue_ab.py"), "--side"]
             figures = json.loads(
                 subprocess.run(argv, cwd=tree, env=env, check=True, capture_output=True, text=True).stdout

@@ -106,6 +106,18 @@ def test_notifications_are_sent_at_commit_once_per_queue() -> None:
         (scheduled,) = _heard(ear)
         queue, due_in = scheduled.split(" ")
         assert queue == "default" and 29 < float(due_in) <= 30
+        enqueue_many("test.noop", [{} for _ in range(1_000)], delay=30)
+        (scheduled,) = _heard(ear)  # the rows of one call share their due time: one
+        assert scheduled.startswith("default ")
+
+        # A job enqueued late in its transaction is due at once, not "due in" the time the
+        # transaction had run before it: its worker starts it at the commit, without a timer.
+        with transaction.atomic():
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT pg_sleep(0.2)")
+            enqueue("test.noop", {})
+            enqueue_many("test.noop", [{}, {}])
+        assert _heard(ear) == ["default"]
 
 
 def _listen_params() -> dict[str, object]:

@@ -1,0 +1,169 @@
+"""What a new job's NOTIFY trigger costs PostgreSQL: statement trigger, row trigger, none.
+
+    .venv/bin/python bench/trigger_cost.py --rounds 5
+
+In a scratch database (``BENCH_DATABASE_NAME``, default ``django_jobs_bench_triggers``: dropped,
+re-created and migrated), three copies of the job table (``LIKE … INCLUDING ALL``, with the real
+table's other triggers) differ only in the trigger that announces new jobs:
+
+* ``statement``: the job table's own (migration 0005), one per INSERT statement over a
+  transition table of its rows, notifying once per queue;
+* ``row``: the alternative, one per inserted pending row (PostgreSQL folds the identical
+  notifications of a transaction into one, so a bulk INSERT still wakes a queue once);
+* ``none``: no notification at all, the floor: what NOTIFY itself costs a commit.
+
+Each round, per copy and on a fresh connection: 3,000 single-row INSERTs as ``enqueue()`` sends
+them (prepared, autocommit: a commit each), then 20 INSERTs of 1,000 rows in one transaction as
+``enqueue_many`` sends them. It prints the median CPU of the connection's backend per job
+(``/proc/PID/stat``: run it on the database's host) and the wall time per single INSERT. Copies
+alternate within each round, so the machine's drift weighs on each alike.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import psycopg
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+os.environ.setdefault("BENCH_DATABASE_NAME", "django_jobs_bench_triggers")
+
+from drain import bench_url, libpq_url, recreate_database  # noqa: E402
+
+TICK = os.sysconf("SC_CLK_TCK")
+SINGLES, BULKS, PER_BULK = 3000, 20, 1000
+
+STATEMENT = """
+CREATE FUNCTION {schema}.notify_inserted() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM pg_notify('django_jobs_bench', message) FROM (
+        SELECT queue AS message FROM inserted
+        WHERE status = 'pending' AND available_at <= now() GROUP BY queue
+        UNION ALL
+        SELECT queue || ' ' || round(extract(epoch FROM min(available_at) - now()), 3) FROM inserted
+        WHERE status = 'pending' AND available_at > now() GROUP BY queue
+    ) AS notifications;
+    RETURN NULL;
+END
+$$;
+CREATE TRIGGER notify_inserted AFTER INSERT ON {schema}.django_jobs_job
+REFERENCING NEW TABLE AS inserted FOR EACH STATEMENT EXECUTE FUNCTION {schema}.notify_inserted();
+"""
+ROW = """
+CREATE FUNCTION {schema}.notify_new_job() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF NEW.available_at <= statement_timestamp() THEN
+        PERFORM pg_notify('django_jobs_bench', NEW.queue);
+    ELSE
+        PERFORM pg_notify('django_jobs_bench', NEW.queue || ' '
+            || round(extract(epoch FROM NEW.available_at - statement_timestamp()), 3));
+    END IF;
+    RETURN NULL;
+END
+$$;
+CREATE TRIGGER notify_inserted AFTER INSERT ON {schema}.django_jobs_job
+FOR EACH ROW WHEN (NEW.status = 'pending') EXECUTE FUNCTION {schema}.notify_new_job();
+"""
+VARIANTS = {"statement": STATEMENT, "row": ROW, "none": ""}
+
+_COLUMNS = (
+    "queue, type, version, payload, status, priority, available_at, attempts, max_attempts, unique_key,"
+    " on_lost, concurrency_key, concurrency_limit, on_lost_in_call"
+)
+ONE = (
+    f"INSERT INTO django_jobs_job ({_COLUMNS}) VALUES (%s, %s, %s, %s::jsonb, 'pending', %s,"
+    " COALESCE(%s::timestamptz, now() + make_interval(secs => %s)), 0, %s, %s, %s, %s, %s::int, %s)"
+    " RETURNING id, unique_key, available_at, created_at"
+)
+ONE_PARAMS = ("default", "test.noop", 1, "{}", 0, None, 0.0, 3, None, "retry", None, None, None)
+MANY = (
+    f"INSERT INTO django_jobs_job ({_COLUMNS}) SELECT 'default', 'test.noop', 1, p::jsonb, 'pending', 0,"
+    " now(), 0, 3, NULL, 'retry', NULL, NULL, NULL FROM unnest(%b::text[]) AS p RETURNING id"
+)
+
+
+def backend_cpu(pid: int) -> float:
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / TICK
+
+
+def migrate(url: str) -> None:
+    os.environ["DATABASE_URL"] = url
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "testproject.settings")
+    import django
+    from django.core.management import call_command
+
+    django.setup()
+    call_command("migrate", verbosity=0)
+
+
+def make_copies(url: str) -> None:
+    """One schema per variant, its job table a copy of the migrated one."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        others = conn.execute(
+            "SELECT pg_get_triggerdef(oid) FROM pg_trigger WHERE tgrelid = 'public.django_jobs_job'::regclass"
+            " AND NOT tgisinternal AND tgname <> 'django_jobs_notify_inserted'"
+        ).fetchall()
+        for schema, trigger in VARIANTS.items():
+            conn.execute(f"CREATE SCHEMA {schema}")
+            conn.execute(f"CREATE TABLE {schema}.django_jobs_job (LIKE public.django_jobs_job INCLUDING ALL)")
+            for (definition,) in others:
+                conn.execute(
+                    definition.replace(" ON public.django_jobs_job ", f" ON {schema}.django_jobs_job ")
+                )
+            if trigger:
+                conn.execute(trigger.format(schema=schema))
+
+
+def one_round(url: str, schema: str) -> tuple[float, float, float]:
+    """(backend µs per single INSERT, wall µs per single INSERT, backend µs per bulk row)."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(f"SET search_path = {schema}, public")
+        pid = conn.info.backend_pid
+        for _ in range(50):
+            conn.execute(ONE, ONE_PARAMS, prepare=True).fetchall()
+        cpu, wall = backend_cpu(pid), time.perf_counter()
+        for _ in range(SINGLES):
+            conn.execute(ONE, ONE_PARAMS, prepare=True).fetchall()
+        wall, single = time.perf_counter() - wall, backend_cpu(pid) - cpu
+        payloads = ["{}"] * PER_BULK
+        cpu = backend_cpu(pid)
+        with conn.transaction():
+            for _ in range(BULKS):
+                conn.execute(MANY, (payloads,), prepare=True).fetchall()
+        bulk = backend_cpu(pid) - cpu
+        conn.execute("TRUNCATE django_jobs_job")
+    return 1e6 * single / SINGLES, 1e6 * wall / SINGLES, 1e6 * bulk / (BULKS * PER_BULK)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--rounds", type=int, default=5)
+    args = parser.parse_args()
+    url = bench_url()
+    recreate_database(url)
+    migrate(url)
+    url = libpq_url(url)
+    make_copies(url)
+    runs: dict[str, list[tuple[float, float, float]]] = {schema: [] for schema in VARIANTS}
+    for _ in range(args.rounds):
+        for schema in VARIANTS:
+            runs[schema].append(one_round(url, schema))
+            print(schema, *(round(x, 1) for x in runs[schema][-1]), flush=True)
+    print("trigger | single INSERT: backend µs, wall µs | bulk: backend µs a row (medians)")
+    for schema, rows in runs.items():
+        print(schema, *(round(statistics.median(r[k] for r in rows), 1) for k in range(3)))
+
+
+if __name__ == "__main__":
+    main()
