@@ -126,8 +126,11 @@ def _insert(options: Options, items: list[Item]) -> list[Job]:
     # One INSERT is atomic by itself; several (a large enqueue_many) share a transaction, so
     # the call is all or nothing even in autocommit mode.
     atomic = transaction.atomic(using=alias) if len(items) > enqueue_sql.ROWS_PER_INSERT else nullcontext()
-    cursor = django_bound_cursor(alias, prepare=prepares_statements(alias), binary_results=True)
-    with atomic, cursor:
+    # A lone job, most enqueue() calls, reuses the connection's kept cursor.
+    statements = django_bound_cursor(
+        alias, prepare=prepares_statements(alias), binary_results=True, kept=len(items) == 1
+    )
+    with atomic, statements as cursor:
         # Rows without a key first: none of them can be dropped by ON CONFLICT, so RETURNING
         # lines up with them one to one; keyed rows are matched by their key.
         todo = [i for i, item in enumerate(items) if item.unique_key is None]

@@ -282,3 +282,43 @@ def test_enqueue_many_stores_payloads_that_array_text_would_escape() -> None:
     stored = dict(Job.objects.filter(pk__in=[j.pk for j in jobs]).values_list("pk", "payload"))
     assert [stored[job.pk] for job in jobs] == payloads * 3
     assert [job.payload for job in jobs] == payloads * 3
+
+
+def test_a_lone_enqueue_keeps_its_cursor_and_a_nested_one_gets_its_own() -> None:
+    """enqueue() runs its INSERT on a cursor kept on the connection between calls. An execute
+    wrapper that enqueues while that cursor runs (a hostile or clumsy one) gets a cursor of its
+    own, and each call returns its own job; after Django reconnects, a new cursor is kept."""
+    from django.db import connection
+
+    first = enqueue(noop, {"n": 1})
+    kept = connection._django_jobs_kept_cursor  # type: ignore[attr-defined]
+    assert enqueue(noop, {"n": 2}).payload == {"n": 2}
+    assert connection._django_jobs_kept_cursor is kept and not kept.in_use  # type: ignore[attr-defined]
+
+    nested: list[Job] = []
+    entered: list[bool] = []
+
+    def enqueue_within(execute: Callable[..., Any], sql: str, params: Any, many: bool, context: Any) -> Any:
+        if "INSERT INTO django_jobs_job" in sql and not entered:
+            entered.append(True)
+            nested.append(enqueue(noop, {"n": "nested"}))
+        return execute(sql, params, many, context)
+
+    with connection.execute_wrapper(enqueue_within):
+        outer = enqueue(noop, {"n": 3})
+    assert outer.payload == {"n": 3} and [job.payload for job in nested] == [{"n": "nested"}]
+    stored = dict(Job.objects.filter(pk__in=[first.pk, outer.pk, nested[0].pk]).values_list("pk", "payload"))
+    assert stored == {first.pk: {"n": 1}, outer.pk: {"n": 3}, nested[0].pk: {"n": "nested"}}
+    assert not kept.in_use
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_kept_cursor_does_not_outlive_its_connection() -> None:
+    from django.db import connection
+
+    enqueue(noop, {})
+    kept = connection._django_jobs_kept_cursor  # type: ignore[attr-defined]
+    connection.close()
+    job = enqueue(noop, {"after": "reconnect"})
+    assert connection._django_jobs_kept_cursor is not kept  # type: ignore[attr-defined]
+    assert Job.objects.get(pk=job.pk).payload == {"after": "reconnect"}
