@@ -1,16 +1,21 @@
-"""What a new job's NOTIFY trigger costs PostgreSQL: statement trigger, row trigger, none.
+"""What a new job costs PostgreSQL, by what the job table carries: its NOTIFY trigger as a
+statement trigger, a row trigger or none, and its indexes with or without the console's.
 
-    .venv/bin/python bench/trigger_cost.py --rounds 5
+    .venv/bin/python bench/insert_cost.py --rounds 7
 
-In a scratch database (``BENCH_DATABASE_NAME``, default ``django_jobs_bench_triggers``: dropped,
-re-created and migrated), three copies of the job table (``LIKE … INCLUDING ALL``, with the real
-table's other triggers) differ only in the trigger that announces new jobs:
+In a scratch database (``BENCH_DATABASE_NAME``, default ``django_jobs_bench_inserts``: dropped,
+re-created and migrated), copies of the job table (``LIKE … INCLUDING ALL``, with the real
+table's other triggers) differ in one thing each:
 
-* ``statement``: the job table's own (migration 0005), one per INSERT statement over a
-  transition table of its rows, notifying once per queue;
-* ``row``: the alternative, one per inserted pending row (PostgreSQL folds the identical
-  notifications of a transaction into one, so a bulk INSERT still wakes a queue once);
-* ``none``: no notification at all, the floor: what NOTIFY itself costs a commit.
+* ``statement``: the job table as it is; its trigger (migration 0005) runs once per INSERT
+  statement over a transition table of its rows, notifying once per queue;
+* ``row``: a row trigger instead, one ``pg_notify`` per inserted pending row (PostgreSQL folds
+  the identical notifications of a transaction into one, so a bulk INSERT still wakes a queue
+  once);
+* ``none``: no notification at all, the floor: what NOTIFY itself costs a commit;
+* ``no_console``: the job table without the console's three list indexes (``django_jobs_status``,
+  ``_type``, ``_queue``: what a table of live jobs apart from history would leave out);
+* ``no_ready_queue``: without ``django_jobs_ready_queue``, the claim index of named queues.
 
 Each round, per copy and on a fresh connection: 3,000 single-row INSERTs as ``enqueue()`` sends
 them (prepared, autocommit: a commit each), then 20 INSERTs of 1,000 rows in one transaction as
@@ -33,7 +38,7 @@ import psycopg
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
-os.environ.setdefault("BENCH_DATABASE_NAME", "django_jobs_bench_triggers")
+os.environ.setdefault("BENCH_DATABASE_NAME", "django_jobs_bench_inserts")
 
 from drain import bench_url, libpq_url, recreate_database  # noqa: E402
 
@@ -71,7 +76,14 @@ $$;
 CREATE TRIGGER notify_inserted AFTER INSERT ON {schema}.django_jobs_job
 FOR EACH ROW WHEN (NEW.status = 'pending') EXECUTE FUNCTION {schema}.notify_new_job();
 """
-VARIANTS = {"statement": STATEMENT, "row": ROW, "none": ""}
+#: Each copy: its NOTIFY trigger (SQL, "" for none) and the indexes it goes without.
+VARIANTS: dict[str, tuple[str, tuple[str, ...]]] = {
+    "statement": (STATEMENT, ()),
+    "row": (ROW, ()),
+    "none": ("", ()),
+    "no_console": (STATEMENT, ("django_jobs_status", "django_jobs_type", "django_jobs_queue")),
+    "no_ready_queue": (STATEMENT, ("django_jobs_ready_queue",)),
+}
 
 _COLUMNS = (
     "queue, type, version, payload, status, priority, available_at, attempts, max_attempts, unique_key,"
@@ -112,9 +124,24 @@ def make_copies(url: str) -> None:
             "SELECT pg_get_triggerdef(oid) FROM pg_trigger WHERE tgrelid = 'public.django_jobs_job'::regclass"
             " AND NOT tgisinternal AND tgname <> 'django_jobs_notify_inserted'"
         ).fetchall()
-        for schema, trigger in VARIANTS.items():
+        indexes = dict(
+            conn.execute(
+                "SELECT indexname, indexdef FROM pg_indexes WHERE schemaname = 'public'"
+                " AND tablename = 'django_jobs_job'"
+            ).fetchall()
+        )
+        for schema, (trigger, left_out) in VARIANTS.items():
             conn.execute(f"CREATE SCHEMA {schema}")
-            conn.execute(f"CREATE TABLE {schema}.django_jobs_job (LIKE public.django_jobs_job INCLUDING ALL)")
+            # The indexes by their definitions: LIKE … INCLUDING ALL names its copies anew.
+            conn.execute(
+                f"CREATE TABLE {schema}.django_jobs_job (LIKE public.django_jobs_job INCLUDING ALL"
+                " EXCLUDING INDEXES)"
+            )
+            for name, definition in indexes.items():
+                if name not in left_out:
+                    conn.execute(
+                        definition.replace(" ON public.django_jobs_job ", f" ON {schema}.django_jobs_job ")
+                    )
             for (definition,) in others:
                 conn.execute(
                     definition.replace(" ON public.django_jobs_job ", f" ON {schema}.django_jobs_job ")
@@ -160,7 +187,7 @@ def main() -> None:
         for schema in VARIANTS:
             runs[schema].append(one_round(url, schema))
             print(schema, *(round(x, 1) for x in runs[schema][-1]), flush=True)
-    print("trigger | single INSERT: backend µs, wall µs | bulk: backend µs a row (medians)")
+    print("copy | single INSERT: backend µs, wall µs | bulk: backend µs a row (medians)")
     for schema, rows in runs.items():
         print(schema, *(round(statistics.median(r[k] for r in rows), 1) for k in range(3)))
 
