@@ -5,7 +5,8 @@ Nothing is written until every job of the call has been validated (``enqueue_opt
 bad input raises an :class:`~django_jobs.errors.EnqueueError` and leaves the database as it was.
 The statements are ``transitions.enqueue``'s; this module runs them on the caller's connection
 (inside ``transaction.atomic()`` the job commits or rolls back with the business writes around
-it), turns their rows into ``Job`` instances and tells who listens (``job_enqueued``, metrics).
+it), turns their rows into ``Job`` instances (``enqueue_rows``) and tells who listens
+(``job_enqueued``, metrics).
 """
 
 from __future__ import annotations
