@@ -7,8 +7,9 @@ In a scratch database (``BENCH_DATABASE_NAME``, default ``django_jobs_bench_inse
 re-created and migrated), copies of the job table (``LIKE … INCLUDING ALL``, with the real
 table's other triggers) differ in one thing each:
 
-* ``statement``: the job table as it is; its trigger (migration 0005) runs once per INSERT
-  statement over a transition table of its rows, notifying once per queue;
+* ``statement``: the job table as it is, its own triggers included: the NOTIFY one (migration
+  0005) runs once per INSERT statement over a transition table of its rows, notifying once per
+  queue;
 * ``row``: a row trigger instead, one ``pg_notify`` per inserted pending row (PostgreSQL folds
   the identical notifications of a transaction into one, so a bulk INSERT still wakes a queue
   once);
@@ -45,29 +46,13 @@ from drain import bench_url, libpq_url, recreate_database  # noqa: E402
 TICK = os.sysconf("SC_CLK_TCK")
 SINGLES, BULKS, PER_BULK = 3000, 20, 1000
 
-STATEMENT = """
-CREATE FUNCTION {schema}.notify_inserted() RETURNS trigger LANGUAGE plpgsql AS $$
-BEGIN
-    PERFORM pg_notify('django_jobs_bench', message) FROM (
-        SELECT queue AS message FROM inserted
-        WHERE status = 'pending' AND available_at <= now() GROUP BY queue
-        UNION ALL
-        SELECT queue || ' ' || round(extract(epoch FROM min(available_at) - now()), 3) FROM inserted
-        WHERE status = 'pending' AND available_at > now() GROUP BY queue
-    ) AS notifications;
-    RETURN NULL;
-END
-$$;
-CREATE TRIGGER notify_inserted AFTER INSERT ON {schema}.django_jobs_job
-REFERENCING NEW TABLE AS inserted FOR EACH STATEMENT EXECUTE FUNCTION {schema}.notify_inserted();
-"""
 ROW = """
 CREATE FUNCTION {schema}.notify_new_job() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
     IF NEW.available_at <= statement_timestamp() THEN
-        PERFORM pg_notify('django_jobs_bench', NEW.queue);
+        PERFORM pg_notify('django_jobs', NEW.queue);
     ELSE
-        PERFORM pg_notify('django_jobs_bench', NEW.queue || ' '
+        PERFORM pg_notify('django_jobs', NEW.queue || ' '
             || round(extract(epoch FROM NEW.available_at - statement_timestamp()), 3));
     END IF;
     RETURN NULL;
@@ -76,13 +61,14 @@ $$;
 CREATE TRIGGER notify_inserted AFTER INSERT ON {schema}.django_jobs_job
 FOR EACH ROW WHEN (NEW.status = 'pending') EXECUTE FUNCTION {schema}.notify_new_job();
 """
-#: Each copy: its NOTIFY trigger (SQL, "" for none) and the indexes it goes without.
-VARIANTS: dict[str, tuple[str, tuple[str, ...]]] = {
-    "statement": (STATEMENT, ()),
+#: Each copy: its NOTIFY trigger (None: the job table's own, "": none, else the SQL of another)
+#: and the indexes it goes without.
+VARIANTS: dict[str, tuple[str | None, tuple[str, ...]]] = {
+    "statement": (None, ()),
     "row": (ROW, ()),
     "none": ("", ()),
-    "no_console": (STATEMENT, ("django_jobs_status", "django_jobs_type", "django_jobs_queue")),
-    "no_ready_queue": (STATEMENT, ("django_jobs_ready_queue",)),
+    "no_console": (None, ("django_jobs_status", "django_jobs_type", "django_jobs_queue")),
+    "no_ready_queue": (None, ("django_jobs_ready_queue",)),
 }
 
 _COLUMNS = (
@@ -120,16 +106,14 @@ def migrate(url: str) -> None:
 def make_copies(url: str) -> None:
     """One schema per variant, its job table a copy of the migrated one."""
     with psycopg.connect(url, autocommit=True) as conn:
-        others = conn.execute(
-            "SELECT pg_get_triggerdef(oid) FROM pg_trigger WHERE tgrelid = 'public.django_jobs_job'::regclass"
-            " AND NOT tgisinternal AND tgname <> 'django_jobs_notify_inserted'"
+        triggers = conn.execute(
+            "SELECT tgname, pg_get_triggerdef(oid) FROM pg_trigger"
+            " WHERE tgrelid = 'public.django_jobs_job'::regclass AND NOT tgisinternal"
         ).fetchall()
-        indexes = dict(
-            conn.execute(
-                "SELECT indexname, indexdef FROM pg_indexes WHERE schemaname = 'public'"
-                " AND tablename = 'django_jobs_job'"
-            ).fetchall()
-        )
+        indexes = conn.execute(
+            "SELECT indexname, indexdef FROM pg_indexes WHERE schemaname = 'public'"
+            " AND tablename = 'django_jobs_job'"
+        ).fetchall()
         for schema, (trigger, left_out) in VARIANTS.items():
             conn.execute(f"CREATE SCHEMA {schema}")
             # The indexes by their definitions: LIKE … INCLUDING ALL names its copies anew.
@@ -137,12 +121,9 @@ def make_copies(url: str) -> None:
                 f"CREATE TABLE {schema}.django_jobs_job (LIKE public.django_jobs_job INCLUDING ALL"
                 " EXCLUDING INDEXES)"
             )
-            for name, definition in indexes.items():
-                if name not in left_out:
-                    conn.execute(
-                        definition.replace(" ON public.django_jobs_job ", f" ON {schema}.django_jobs_job ")
-                    )
-            for (definition,) in others:
+            kept = [d for name, d in indexes if name not in left_out]
+            kept += [d for name, d in triggers if name != "django_jobs_notify_inserted" or trigger is None]
+            for definition in kept:
                 conn.execute(
                     definition.replace(" ON public.django_jobs_job ", f" ON {schema}.django_jobs_job ")
                 )

@@ -42,23 +42,28 @@ _LEFT_TO_DEFAULTS = {f.attname: _stored_default(f) for f in _FIELDS}
 Returned = tuple[Any, ...]
 
 
+def _shared_fields(options: Options) -> dict[str, Any]:
+    """The fields every new job of a call has alike: the call's options, pending, no attempt yet."""
+    return {
+        "queue": options.queue,
+        "type": options.type,
+        "version": options.version,
+        "status": "pending",
+        "priority": options.priority,
+        "attempts": 0,
+        "max_attempts": options.max_attempts,
+        "on_lost": options.on_lost,
+        "on_lost_in_call": options.on_lost_in_call,
+    }
+
+
 def job_maker(alias: str, options: Options) -> Callable[[Item, Returned], Job]:
     """Turn an inserted row into a model instance, from what we sent and what the database computed.
 
     The fields every job of the call shares are laid out once; each job adds its own.
     """
     shared = dict(_LEFT_TO_DEFAULTS)  # in the order of _ATTNAMES
-    shared.update(
-        queue=options.queue,
-        type=options.type,
-        version=options.version,
-        status="pending",
-        priority=options.priority,
-        attempts=0,
-        max_attempts=options.max_attempts,
-        on_lost=options.on_lost,
-        on_lost_in_call=options.on_lost_in_call,
-    )
+    shared.update(_shared_fields(options))
     limit = options.concurrency_limit
     with_init = pre_init.has_listeners(Job) or post_init.has_listeners(Job)
     # Django's own loader gives naive datetimes in the connection's time zone without USE_TZ.
@@ -107,22 +112,15 @@ def unsaved_jobs(options: Options, items: list[Item]) -> list[Job]:
     """The jobs of a call as model instances that were never written (no id, no dates but
     ``run_at``, as ``available_at``)."""
     when = {"available_at": options.run_at} if options.run_at is not None else {}
+    shared = _shared_fields(options)
     return [
         Job(
             **when,
-            queue=options.queue,
-            type=options.type,
-            version=options.version,
+            **shared,
             payload=item.payload,
-            status="pending",
-            priority=options.priority,
-            attempts=0,
-            max_attempts=options.max_attempts,
             unique_key=item.unique_key,
-            on_lost=options.on_lost,
             concurrency_key=item.concurrency_key,
             concurrency_limit=options.concurrency_limit if item.concurrency_key is not None else None,
-            on_lost_in_call=options.on_lost_in_call,
         )
         for item in items
     ]
