@@ -1,7 +1,7 @@
 """A million jobs through enqueue → complete → retention, at full speed: does anything grow?
 
-``.venv/bin/python bench/churn_soak.py [--jobs 1000000] [--retention 10] [--reaper-interval 5]
-[--own-cluster [-c NAME=VALUE ...]]``
+``.venv/bin/python bench/churn_soak.py [--jobs 1000000 | --minutes 30] [--retention 10]
+[--reaper-interval 5] [--own-cluster [-c NAME=VALUE ...]]``
 
 On the dedicated database ``django_jobs_bench`` (dropped, re-created and migrated) — or, with
 ``--own-cluster``, on a PostgreSQL cluster of its own (``initdb`` in a temporary directory, stock
@@ -9,7 +9,8 @@ settings but for the ``-c`` ones, removed at the end), since autovacuum may be o
 server — one
 ``runjobs`` process (defaults, but completed jobs kept ``--retention`` seconds and a reaper pass
 every ``--reaper-interval`` seconds) drains no-op jobs while this process keeps a backlog of
-about ``--backlog`` jobs with ``enqueue_many`` (1,000 per call) until ``--jobs`` were enqueued.
+about ``--backlog`` jobs with ``enqueue_many`` (1,000 per call) until ``--jobs`` were enqueued,
+or, with ``--minutes``, for that long (then the backlog drains).
 
 Every ``--every`` seconds it prints the jobs finished in that interval (jobs/s), the rows in the
 job table, and the sizes of the job table, its indexes and the events table. At the end it
@@ -48,6 +49,9 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--jobs", type=int, default=1_000_000)
+    parser.add_argument(
+        "--minutes", type=float, default=None, help="enqueue for this long instead of --jobs jobs"
+    )
     parser.add_argument("--backlog", type=int, default=20_000, help="pending jobs kept ahead of the worker")
     parser.add_argument("--retention", type=float, default=10.0, help="seconds completed jobs are kept")
     parser.add_argument("--reaper-interval", type=float, default=5.0)
@@ -97,10 +101,17 @@ def soak(args: argparse.Namespace, url: str) -> None:
             " WHERE name IN ('autovacuum', 'autovacuum_naptime', 'autovacuum_vacuum_scale_factor',"
             " 'autovacuum_vacuum_cost_delay', 'autovacuum_vacuum_cost_limit', 'synchronous_commit')"
         ).fetchone()[0]  # type: ignore[index]
+        table_options = conn.execute(
+            "SELECT reloptions FROM pg_class WHERE oid = 'django_jobs_job'::regclass"
+        ).fetchone()[0]  # type: ignore[index]
     print(f"PostgreSQL: {settings}")
+    print(f"the job table's storage parameters: {', '.join(table_options or ['none'])}")
 
+    if args.minutes is not None:
+        args.jobs = 10**12  # the clock ends the enqueueing, not a count
     print(
-        f"{args.jobs:,} no-op jobs, backlog ~{args.backlog:,}, completed kept {args.retention:g}s,"
+        (f"{args.minutes:g} minutes of" if args.minutes is not None else f"{args.jobs:,}")
+        + f" no-op jobs, backlog ~{args.backlog:,}, completed kept {args.retention:g}s,"
         f" reaper every {args.reaper_interval:g}s; one runjobs process"
     )
     print(
@@ -119,6 +130,8 @@ def soak(args: argparse.Namespace, url: str) -> None:
             started = last_at = time.monotonic()
             last_done = 0
             while True:
+                if args.minutes is not None and time.monotonic() - started >= args.minutes * 60:
+                    args.jobs = enqueued
                 active = conn.execute(_ACTIVE).fetchone()[0]  # type: ignore[index]
                 if enqueued < args.jobs and active < args.backlog:
                     for _ in range(min(args.backlog - active, args.jobs - enqueued) // 1000 or 1):
