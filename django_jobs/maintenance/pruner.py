@@ -4,8 +4,8 @@ Each function is one step of a reaper pass (:mod:`~django_jobs.maintenance.reape
 turn, each isolated from the others' failures):
 
 - :func:`run_once` (retention): deletes finished jobs, with their events, older than their
-  status's retention, in batches, until each status is caught up or the pass's time budget is
-  spent;
+  status's retention, in batches (oldest first, each from where the one before stopped), until
+  each status is caught up or the pass's time budget is spent;
 - :func:`forget_silent_workers`: removes the rows of workers that have not reported for a day
   (killed without a chance to say so);
 - :func:`tidy_limits`: deletes the rows of concurrency keys that have no running job, and
@@ -74,10 +74,12 @@ def run_once(limit_per_status: int | None = None, budget: float | None = None) -
         if keep is None:
             continue
         total = 0
+        since = None  # each batch starts where the one before it stopped
         while limit_per_status is None or total < limit_per_status:
             batch = BATCH if limit_per_status is None else min(BATCH, limit_per_status - total)
-            deleted = transitions.prune(status, keep, batch)
+            deleted, until = transitions.prune(status, keep, batch, since)
             total += deleted
+            since = until or since
             if deleted < batch:
                 break
             if time.monotonic() >= ends:

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import dataclasses
+import datetime as dt
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from django.db import connections, transaction
 
@@ -133,27 +135,44 @@ def recover_expired(decide: Callable[[Expired], Recovery], limit: int) -> list[R
 
 # Events and marks go with their job (the foreign keys have no ON DELETE CASCADE in the database:
 # Django emulates it, and this statement does not go through the ORM). Batches keep locks and WAL
-# small.
+# small. `finished_at >= since` starts a batch where the one before it stopped: the entries of
+# the jobs pruned since vacuum last ran sit at the head of django_jobs_finished, and a batch that
+# started from the head would step over all of them (a third of its time in the churn soak). A
+# job that finished before `since` but committed after the batch read past it (an outcome written
+# in a long transaction) waits for the next pass, which starts from the head again.
 _PRUNE = """
 WITH doomed AS (
     SELECT id FROM django_jobs_job
-    WHERE status = %s AND finished_at < now() - make_interval(secs => %s)
-    ORDER BY finished_at LIMIT %s
+    WHERE status = %(status)s AND finished_at < now() - make_interval(secs => %(keep)s)
+      AND finished_at >= COALESCE(%(since)s::timestamptz, '-infinity')
+    ORDER BY finished_at LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
 ), events AS (
     DELETE FROM django_jobs_jobevent WHERE job_id IN (SELECT id FROM doomed)
 ), calls AS (
     DELETE FROM django_jobs_externalcall WHERE job_id IN (SELECT id FROM doomed)
+), pruned AS (
+    DELETE FROM django_jobs_job WHERE id IN (SELECT id FROM doomed) RETURNING finished_at
 )
-DELETE FROM django_jobs_job WHERE id IN (SELECT id FROM doomed)
+SELECT count(*), max(finished_at) FROM pruned
 """
 
 
-def prune(status: str, older_than: float, limit: int) -> int:
-    """Delete up to ``limit`` jobs in ``status`` finished more than ``older_than`` seconds ago."""
+class Pruned(NamedTuple):
+    """What one batch of retention deleted."""
+
+    count: int
+    #: The latest ``finished_at`` among them (None if none): where the next batch starts.
+    until: dt.datetime | None
+
+
+def prune(status: str, older_than: float, limit: int, since: dt.datetime | None = None) -> Pruned:
+    """Delete up to ``limit`` jobs in ``status`` finished more than ``older_than`` seconds ago,
+    and, if ``since`` is given, not before it (the ``until`` of the batch before)."""
     with connections[jobs_settings.DATABASE].cursor() as cursor:
-        cursor.execute(_PRUNE, [status, older_than, limit])
-        return int(cursor.rowcount)
+        cursor.execute(_PRUNE, {"status": status, "keep": older_than, "limit": limit, "since": since})
+        count, until = cursor.fetchone()
+        return Pruned(int(count), until)
 
 
 # A key's row only serializes the claims of its key (its running jobs are counted from the job

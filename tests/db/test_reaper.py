@@ -159,6 +159,58 @@ def test_retention_that_runs_out_of_time_says_so_and_the_loop_goes_on_at_once() 
         assert 0.8 * 600 <= stop.asked[1] <= 1.2 * 600
 
 
+def test_each_retention_batch_starts_where_the_one_before_stopped() -> None:
+    """The finished-jobs index holds the entries of the jobs pruned since vacuum last ran, at its
+    head: a batch that started from the head would step over every one of them. Run in one
+    transaction, the pruned rows stay invisible, not vacuumed, and the index's counters say how
+    many entries the pass read."""
+    from django.db import connection, transaction
+
+    n = reaper.BATCH * 4 + 3
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "INSERT INTO django_jobs_job (queue, type, version, payload, status, priority, attempts,"
+            " max_attempts, finished_at, completed_at) SELECT 'default', 'test.noop', 1, '{}',"
+            " 'completed', 0, 1, 5, now() - interval '30 days' + make_interval(secs => g),"
+            " now() - interval '30 days' FROM generate_series(1, %s) AS g",
+            [n],
+        )
+        cursor.execute("ANALYZE django_jobs_job")
+    entries_read = "SELECT pg_stat_get_xact_tuples_returned('django_jobs_finished'::regclass)"
+    with override_settings(DJANGO_JOBS={"RETENTION": {"completed": 86400}}), transaction.atomic():
+        assert pruner.run_once() == ({"completed": n}, False)
+        with connection.cursor() as cursor:
+            cursor.execute(entries_read)
+            (read,) = cursor.fetchone()
+    # Each batch reads its own rows, the last entry of the batch before (its `since`) and an
+    # entry or two the planner probes; from the head, the five batches would read 500 + 1,000 +
+    # 1,500 + 2,000 + 2,003 entries.
+    assert n <= read <= n + 3 * 5, f"a pass of {n} jobs read {read} index entries"
+    assert not Job.objects.exists()
+
+
+def test_a_retention_batch_boundary_inside_one_finishing_time_loses_nothing() -> None:
+    """An outcome batch finishes its jobs at one ``now()``: a retention batch may stop among
+    them, and the next must take the rest, not start after that time."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "INSERT INTO django_jobs_job (queue, type, version, payload, status, priority, attempts,"
+            " max_attempts, finished_at, completed_at) SELECT 'default', 'test.noop', 1, '{}',"
+            " 'completed', 0, 1, 5, now() - make_interval(days => 30 + g %% 2), now()"
+            " FROM generate_series(1, %s) AS g",
+            [reaper.BATCH * 3],
+        )
+    first = transitions.prune("completed", 86400, reaper.BATCH)
+    assert first.count == reaper.BATCH
+    second = transitions.prune("completed", 86400, reaper.BATCH, first.until)
+    third = transitions.prune("completed", 86400, reaper.BATCH, second.until)
+    assert (second.count, third.count) == (reaper.BATCH, reaper.BATCH)
+    assert first.until < third.until and not Job.objects.exists()
+    assert transitions.prune("completed", 86400, reaper.BATCH, third.until) == (0, None)
+
+
 class PacedStop(threading.Event):
     """A stop event that records the waits a loop asks of it and answers at once: an immediate
     wait lets the loop go on, any longer one stops it. The loop's pacing, without waiting it out."""
