@@ -16,7 +16,10 @@ table's other triggers) differ in one thing each:
 * ``none``: no notification at all, the floor: what NOTIFY itself costs a commit;
 * ``no_console``: the job table without the console's three list indexes (``django_jobs_status``,
   ``_type``, ``_queue``: what a table of live jobs apart from history would leave out);
-* ``no_ready_queue``: without ``django_jobs_ready_queue``, the claim index of named queues.
+* ``no_ready_queue``: without ``django_jobs_ready_queue``, the claim index of named queues;
+* ``copy``: the job table as it is, its bulk rows loaded by ``COPY … (FORMAT BINARY)`` instead of
+  ``INSERT … SELECT FROM unnest``, their ids first taken from the table's sequence (COPY returns
+  none, and ``enqueue_many`` returns its jobs). Its single INSERTs are the ``statement`` copy's.
 
 Each round, per copy and on a fresh connection: 3,000 single-row INSERTs as ``enqueue()`` sends
 them (prepared, autocommit: a commit each), then 20 INSERTs of 1,000 rows in one transaction as
@@ -28,11 +31,13 @@ alternate within each round, so the machine's drift weighs on each alike.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import psycopg
 
@@ -69,6 +74,7 @@ VARIANTS: dict[str, tuple[str | None, tuple[str, ...]]] = {
     "none": ("", ()),
     "no_console": (None, ("django_jobs_status", "django_jobs_type", "django_jobs_queue")),
     "no_ready_queue": (None, ("django_jobs_ready_queue",)),
+    "copy": (None, ()),
 }
 
 _COLUMNS = (
@@ -85,6 +91,24 @@ MANY = (
     f"INSERT INTO django_jobs_job ({_COLUMNS}) SELECT 'default', 'test.noop', 1, p::jsonb, 'pending', 0,"
     " now(), 0, 3, NULL, 'retry', NULL, NULL, NULL FROM unnest(%b::text[]) AS p RETURNING id"
 )
+IDS = "SELECT nextval(pg_get_serial_sequence('django_jobs_job', 'id')) FROM generate_series(1, %s)"
+COPY = (
+    "COPY django_jobs_job (id, queue, type, version, payload, status, priority, available_at, attempts,"
+    " max_attempts, on_lost) FROM STDIN (FORMAT BINARY)"
+)
+COPY_TYPES = ("int8", "text", "text", "int4", "jsonb", "text", "int2", "timestamptz", "int4", "int4", "text")
+
+
+def copy_many(conn: psycopg.Connection[Any], payloads: list[str]) -> None:
+    """``MANY``'s rows by COPY: the ids first (one statement), then the rows, due now. (The
+    binary jsonb dumper encodes a Python value: the payload text is decoded for it.)"""
+    ids = [row[0] for row in conn.execute(IDS, (len(payloads),), prepare=True)]
+    now = conn.execute("SELECT now()").fetchone()[0]  # type: ignore[index]
+    with conn.cursor().copy(COPY) as copy:
+        copy.set_types(COPY_TYPES)
+        for job_id, payload in zip(ids, payloads, strict=True):
+            row = (job_id, "default", "test.noop", 1, json.loads(payload), "pending", 0, now, 0, 3, "retry")
+            copy.write_row(row)
 
 
 def backend_cpu(pid: int) -> float:
@@ -146,7 +170,10 @@ def one_round(url: str, schema: str) -> tuple[float, float, float]:
         cpu = backend_cpu(pid)
         with conn.transaction():
             for _ in range(BULKS):
-                conn.execute(MANY, (payloads,), prepare=True).fetchall()
+                if schema == "copy":
+                    copy_many(conn, payloads)
+                else:
+                    conn.execute(MANY, (payloads,), prepare=True).fetchall()
         bulk = backend_cpu(pid) - cpu
         conn.execute("TRUNCATE django_jobs_job")
     return 1e6 * single / SINGLES, 1e6 * wall / SINGLES, 1e6 * bulk / (BULKS * PER_BULK)

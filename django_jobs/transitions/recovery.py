@@ -137,7 +137,7 @@ def recover_expired(decide: Callable[[Expired], Recovery], limit: int) -> list[R
 # Django emulates it, and this statement does not go through the ORM). Batches keep locks and WAL
 # small. `finished_at >= since` starts a batch where the one before it stopped: the entries of
 # the jobs pruned since vacuum last ran sit at the head of django_jobs_finished, and a batch that
-# started from the head would step over all of them (a third of its time in the churn soak). A
+# started from the head would step over all of them (15 of a batch's 18 ms in the churn soak). A
 # job that finished before `since` but committed after the batch read past it (an outcome written
 # in a long transaction) waits for the next pass, which starts from the head again.
 _PRUNE = """
