@@ -1,7 +1,7 @@
 """A million jobs through enqueue → complete → retention, at full speed: does anything grow?
 
-``.venv/bin/python bench/churn_soak.py [--jobs 1000000 | --minutes 30] [--retention 10]
-[--reaper-interval 5] [--own-cluster [-c NAME=VALUE ...]]``
+``.venv/bin/python bench/churn_soak.py [--jobs 1000000 | --minutes 30] [--rate R] [--prefill N]
+[--retention 10] [--reaper-interval 5] [--own-cluster [-c NAME=VALUE ...]]``
 
 On the dedicated database ``django_jobs_bench`` (dropped, re-created and migrated) — or, with
 ``--own-cluster``, on a PostgreSQL cluster of its own (``initdb`` in a temporary directory, stock
@@ -9,12 +9,15 @@ settings but for the ``-c`` ones, removed at the end), since autovacuum may be o
 server — one
 ``runjobs`` process (defaults, but completed jobs kept ``--retention`` seconds and a reaper pass
 every ``--reaper-interval`` seconds) drains no-op jobs while this process keeps a backlog of
-about ``--backlog`` jobs with ``enqueue_many`` (1,000 per call) until ``--jobs`` were enqueued,
-or, with ``--minutes``, for that long (then the backlog drains).
+about ``--backlog`` jobs with ``enqueue_many`` (1,000 per call), or enqueues ``--rate`` jobs a
+second, until ``--jobs`` were enqueued, or, with ``--minutes``, for that long (then the backlog
+drains). ``--prefill N`` first puts N jobs completed a day ago in the table: with a long
+``--retention``, the table autovacuum's scale factor is a share of.
 
-Every ``--every`` seconds it prints the jobs finished in that interval (jobs/s), the rows in the
-job table, and the sizes of the job table, its indexes and the events table. At the end it
-compares the last intervals with the first ones after warm-up: throughput and sizes.
+Every ``--every`` seconds it prints the jobs finished in that interval (jobs/s), the live rows in
+the job table (``n_live_tup``), and the sizes of the job table, its indexes and the events
+table. At the end it compares the last intervals with the first ones after warm-up: throughput
+and sizes.
 """
 
 from __future__ import annotations
@@ -41,7 +44,26 @@ _SIZES = (
     " (SELECT n_dead_tup FROM pg_stat_user_tables WHERE relname = 'django_jobs_job'),"
     " (SELECT autovacuum_count FROM pg_stat_user_tables WHERE relname = 'django_jobs_job')"
 )
-_ACTIVE = "SELECT count(*) FROM django_jobs_job WHERE status = 'pending' OR status = 'running'"
+# A table that has kept a day of finished jobs: the size autovacuum's scale factor is a share of.
+_PREFILL = (
+    "INSERT INTO django_jobs_job (queue, type, version, payload, status, priority, available_at, attempts,"
+    " max_attempts, on_lost, started_at, completed_at, finished_at) SELECT 'default', 'test.noop', 1, '{}',"
+    " 'completed', 0, now() - interval '1 day', 1, 5, 'retry', now() - interval '1 day',"
+    " now() - interval '1 day', now() - interval '1 day' FROM generate_series(1, %s)"
+)
+# The rows of the job table as the statistics count them: count(*) would read the whole table
+# every sample, and with a long retention that is millions of rows.
+_ROWS = "SELECT n_live_tup FROM pg_stat_user_tables WHERE relname = 'django_jobs_job'"
+# The jobs not finished yet, read the way the claim reads them: the pending ones down the claim
+# index in its order, at most the backlog's worth, and the running ones by their lease. A bitmap
+# scan of the status index would read, at every turn, the entries of every job claimed since
+# vacuum last ran (a bitmap scan never marks an entry dead): the soak's own count, not the
+# worker, would set the pace.
+_ACTIVE = (
+    "SELECT (SELECT count(*) FROM (SELECT 1 FROM django_jobs_job WHERE status = 'pending' AND ready"
+    " AND type = 'test.noop' AND version = 1 ORDER BY priority DESC, available_at, id LIMIT %(cap)s) p)"
+    " + (SELECT count(*) FROM django_jobs_job WHERE status = 'running' AND lease_expires_at > '-infinity')"
+)
 
 
 def main() -> None:
@@ -53,6 +75,12 @@ def main() -> None:
         "--minutes", type=float, default=None, help="enqueue for this long instead of --jobs jobs"
     )
     parser.add_argument("--backlog", type=int, default=20_000, help="pending jobs kept ahead of the worker")
+    parser.add_argument(
+        "--rate", type=float, default=None, help="jobs enqueued a second, instead of a backlog kept"
+    )
+    parser.add_argument(
+        "--prefill", type=int, default=0, help="completed jobs already in the table (finished a day ago)"
+    )
     parser.add_argument("--retention", type=float, default=10.0, help="seconds completed jobs are kept")
     parser.add_argument("--reaper-interval", type=float, default=5.0)
     parser.add_argument("--every", type=float, default=10.0, help="seconds between two samples")
@@ -96,6 +124,9 @@ def soak(args: argparse.Namespace, url: str) -> None:
     from django_jobs import enqueue_many
 
     with psycopg.connect(url, autocommit=True) as conn:
+        if args.prefill:
+            conn.execute(_PREFILL, [args.prefill])
+            conn.execute("VACUUM ANALYZE django_jobs_job")
         settings = conn.execute(
             "SELECT string_agg(name || '=' || setting, ', ' ORDER BY name) FROM pg_settings"
             " WHERE name IN ('autovacuum', 'autovacuum_naptime', 'autovacuum_vacuum_scale_factor',"
@@ -132,8 +163,16 @@ def soak(args: argparse.Namespace, url: str) -> None:
             while True:
                 if args.minutes is not None and time.monotonic() - started >= args.minutes * 60:
                     args.jobs = enqueued
-                active = conn.execute(_ACTIVE).fetchone()[0]  # type: ignore[index]
-                if enqueued < args.jobs and active < args.backlog:
+                active = conn.execute(_ACTIVE, {"cap": 2 * args.backlog}).fetchone()[0]  # type: ignore[index]
+                if args.rate is not None:
+                    due = int((time.monotonic() - started) * args.rate) - enqueued
+                    if due >= 100 and enqueued < args.jobs:  # in calls of 100 or more, on schedule
+                        n = min(due, 1000, args.jobs - enqueued)
+                        enqueue_many("test.noop", [{}] * n)
+                        enqueued += n
+                    else:
+                        time.sleep(0.01)
+                elif enqueued < args.jobs and active < args.backlog:
                     for _ in range(min(args.backlog - active, args.jobs - enqueued) // 1000 or 1):
                         n = min(1000, args.jobs - enqueued)
                         enqueue_many("test.noop", [{}] * n)
@@ -143,9 +182,9 @@ def soak(args: argparse.Namespace, url: str) -> None:
                 now = time.monotonic()
                 finished = enqueued >= args.jobs and active == 0
                 if now - last_at >= args.every or finished:
-                    done = enqueued - conn.execute(_ACTIVE).fetchone()[0]  # type: ignore[index]
+                    done = enqueued - conn.execute(_ACTIVE, {"cap": 2 * args.backlog}).fetchone()[0]  # type: ignore[index]
                     table, indexes, events, dead, vacuums = conn.execute(_SIZES).fetchone()  # type: ignore[misc]
-                    rows = conn.execute("SELECT count(*) FROM django_jobs_job").fetchone()[0]  # type: ignore[index]
+                    rows = conn.execute(_ROWS).fetchone()[0]  # type: ignore[index]
                     sample = {
                         "at": now - started,
                         "rate": (done - last_done) / (now - last_at),

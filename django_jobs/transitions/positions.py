@@ -104,8 +104,9 @@ class ClaimPositions:
         """What the claims do now, for the worker's log when it changes."""
         if self.remembering:
             return (
-                f"a claim stepped over {self.walked} dead index entries of jobs claimed earlier: vacuum "
-                "cannot remove them (`manage.py checkjobs` names what holds it back); claims now start "
+                f"a claim stepped over {self.walked} dead index entries of jobs claimed earlier, not removed "
+                "yet (`manage.py checkjobs` names a transaction that holds vacuum back, if one does); "
+                "claims now start "
                 "where this worker's last ones stopped, and read every job from the start at least "
                 f"every {jobs_settings.POLL_INTERVAL}s"
             )
