@@ -20,9 +20,9 @@ Storage parameters change the catalog only: no rewrite, and the lock they take (
 EXCLUSIVE) lets enqueues, claims and outcomes go on; it waits for a running vacuum or ANALYZE of
 the table, which autovacuum cancels for it after ``deadlock_timeout`` (unless it is a vacuum
 against wraparound: then the migration gives up after its ``lock_timeout`` of 10 s, and is run
-again). Going back (``migrate django_jobs 0016``) resets
-them to the server's settings. An operator's own values, set later with ``ALTER TABLE … SET``,
-win until the next migration that touches them; docs/scaling.md says how to see and change them.
+again). Going back (``migrate django_jobs 0016``) resets them to the server's settings. An
+operator's own values, set later with ``ALTER TABLE … SET``, win until the next migration that
+touches them; docs/scaling.md says how to see and change them.
 """
 
 from django.db import migrations

@@ -106,9 +106,8 @@ class ClaimPositions:
             return (
                 f"a claim stepped over {self.walked} dead index entries of jobs claimed earlier, not removed "
                 "yet (`manage.py checkjobs` names a transaction that holds vacuum back, if one does); "
-                "claims now start "
-                "where this worker's last ones stopped, and read every job from the start at least "
-                f"every {jobs_settings.POLL_INTERVAL}s"
+                "claims now start where this worker's last ones stopped, and read every job from the "
+                f"start at least every {jobs_settings.POLL_INTERVAL}s"
             )
         return f"claims step over few dead index entries again ({self.walked}): each reads all from the start"
 

@@ -161,7 +161,7 @@ SELECT count(*), max(finished_at) FROM pruned
 class Pruned(NamedTuple):
     """What one batch of retention deleted."""
 
-    count: int
+    deleted: int
     #: The latest ``finished_at`` among them (None if none): where the next batch starts.
     until: dt.datetime | None
 

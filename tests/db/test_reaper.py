@@ -203,10 +203,10 @@ def test_a_retention_batch_boundary_inside_one_finishing_time_loses_nothing() ->
             [reaper.BATCH * 3],
         )
     first = transitions.prune("completed", 86400, reaper.BATCH)
-    assert first.count == reaper.BATCH
+    assert first.deleted == reaper.BATCH
     second = transitions.prune("completed", 86400, reaper.BATCH, first.until)
     third = transitions.prune("completed", 86400, reaper.BATCH, second.until)
-    assert (second.count, third.count) == (reaper.BATCH, reaper.BATCH)
+    assert (second.deleted, third.deleted) == (reaper.BATCH, reaper.BATCH)
     assert first.until < third.until and not Job.objects.exists()
     assert transitions.prune("completed", 86400, reaper.BATCH, third.until) == (0, None)
 
