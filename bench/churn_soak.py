@@ -138,8 +138,8 @@ def soak(args: argparse.Namespace, url: str) -> None:
     print(f"PostgreSQL: {settings}")
     print(f"the job table's storage parameters: {', '.join(table_options or ['none'])}")
 
-    if args.minutes is not None:
-        args.jobs = 10**12  # the clock ends the enqueueing, not a count
+    # The jobs to enqueue in all: with --minutes, the clock ends the enqueueing, not a count.
+    limit = args.jobs if args.minutes is None else sys.maxsize
     print(
         (f"{args.minutes:g} minutes of" if args.minutes is not None else f"{args.jobs:,}")
         + f" no-op jobs, backlog ~{args.backlog:,}, completed kept {args.retention:g}s,"
@@ -162,25 +162,25 @@ def soak(args: argparse.Namespace, url: str) -> None:
             last_done = 0
             while True:
                 if args.minutes is not None and time.monotonic() - started >= args.minutes * 60:
-                    args.jobs = enqueued
+                    limit = enqueued
                 active = conn.execute(_ACTIVE, {"cap": 2 * args.backlog}).fetchone()[0]  # type: ignore[index]
                 if args.rate is not None:
                     due = int((time.monotonic() - started) * args.rate) - enqueued
-                    if due >= 100 and enqueued < args.jobs:  # in calls of 100 or more, on schedule
-                        n = min(due, 1000, args.jobs - enqueued)
+                    if due >= 100 and enqueued < limit:  # in calls of 100 or more, on schedule
+                        n = min(due, 1000, limit - enqueued)
                         enqueue_many("test.noop", [{}] * n)
                         enqueued += n
                     else:
                         time.sleep(0.01)
-                elif enqueued < args.jobs and active < args.backlog:
-                    for _ in range(min(args.backlog - active, args.jobs - enqueued) // 1000 or 1):
-                        n = min(1000, args.jobs - enqueued)
+                elif enqueued < limit and active < args.backlog:
+                    for _ in range(min(args.backlog - active, limit - enqueued) // 1000 or 1):
+                        n = min(1000, limit - enqueued)
                         enqueue_many("test.noop", [{}] * n)
                         enqueued += n
                 else:
                     time.sleep(0.05)
                 now = time.monotonic()
-                finished = enqueued >= args.jobs and active == 0
+                finished = enqueued >= limit and active == 0
                 if now - last_at >= args.every or finished:
                     done = enqueued - conn.execute(_ACTIVE, {"cap": 2 * args.backlog}).fetchone()[0]  # type: ignore[index]
                     table, indexes, events, dead, vacuums = conn.execute(_SIZES).fetchone()  # type: ignore[misc]

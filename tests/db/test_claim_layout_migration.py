@@ -9,7 +9,8 @@ from collections.abc import Iterator
 
 import pytest
 from django.db import connection
-from django.db.migrations.executor import MigrationExecutor
+
+from tests.db.migrating import migrate, migrated_to
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
@@ -20,16 +21,10 @@ OLD_INDEXES = {"django_jobs_claim_queue", "django_jobs_claim_any"}
 NEW_INDEXES = {"django_jobs_ready_queue", "django_jobs_ready", "django_jobs_later"}
 
 
-def migrate(target: tuple[str, str]) -> None:
-    executor = MigrationExecutor(connection)
-    executor.migrate([target])
-
-
 def indexes() -> set[str]:
     with connection.cursor() as cursor:
         cursor.execute(
-            "SELECT indexname FROM pg_indexes WHERE tablename = 'django_jobs_job'"
-            " AND indexname = ANY(%s)",
+            "SELECT indexname FROM pg_indexes WHERE tablename = 'django_jobs_job' AND indexname = ANY(%s)",
             [sorted(OLD_INDEXES | NEW_INDEXES)],
         )
         return {row[0] for row in cursor.fetchall()}
@@ -46,12 +41,8 @@ def invalid_indexes() -> list[str]:
 
 @pytest.fixture
 def at_0012() -> Iterator[None]:
-    migrate(BEFORE)
-    try:
+    with migrated_to(BEFORE):
         yield
-    finally:
-        executor = MigrationExecutor(connection)
-        executor.migrate(executor.loader.graph.leaf_nodes())
 
 
 def test_the_claim_layout_comes_and_goes_on_a_table_of_jobs(at_0012: None) -> None:

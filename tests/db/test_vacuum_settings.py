@@ -9,17 +9,14 @@ from collections.abc import Iterator
 import psycopg
 import pytest
 from django.db import connection
-from django.db.migrations.executor import MigrationExecutor
+
+from tests.db.migrating import migrate, migrated_to
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
 BEFORE = ("django_jobs", "0016_claim_index_reads")
 SET = ("django_jobs", "0017_job_table_vacuumed_sooner")
 EXPECTED = {"autovacuum_vacuum_scale_factor": "0.01", "autovacuum_vacuum_cost_delay": "0"}
-
-
-def migrate(target: tuple[str, str]) -> None:
-    MigrationExecutor(connection).migrate([target])
 
 
 def storage_parameters(table: str = "django_jobs_job") -> dict[str, str]:
@@ -31,12 +28,8 @@ def storage_parameters(table: str = "django_jobs_job") -> dict[str, str]:
 
 @pytest.fixture
 def at_0016() -> Iterator[None]:
-    migrate(BEFORE)
-    try:
+    with migrated_to(BEFORE):
         yield
-    finally:
-        executor = MigrationExecutor(connection)
-        executor.migrate(executor.loader.graph.leaf_nodes())
 
 
 def test_the_migrated_job_table_is_vacuumed_sooner_than_the_servers_default() -> None:
