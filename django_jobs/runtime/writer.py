@@ -3,10 +3,12 @@ statement each, through :mod:`django_jobs.runtime.outcomes`) on a thread and con
 own, so that the next claim, the jobs running and the last batch's outcomes overlap.
 
 A batch is due once it is ``batch_size`` long, once no job runs any more (nothing else would
-fill it), or ``OUTCOME_FLUSH_INTERVAL`` after its first outcome arrived. While the database is
-away, outcomes stay in memory, in order, and the writer waits out an :class:`Outage`; it tries
-again at once when the heartbeat gets through (:meth:`OutcomeWriter.database_answered`), before
-the leases of the executions it holds run out. Shutdown writes what is left, patiently
+fill it), or ``OUTCOME_FLUSH_INTERVAL`` after its first outcome arrived. One statement writes at
+most :data:`BACKLOG_BATCHES` batches; while that many wait, the worker claims nothing (see
+:attr:`OutcomeWriter.holds_back_claims`). While the database is away, outcomes stay in memory, in
+order, and the writer waits out an :class:`Outage`; it tries again at once when the heartbeat
+gets through (:meth:`OutcomeWriter.database_answered`), before the leases of the executions it
+holds run out. Shutdown writes what is left, patiently
 (:meth:`OutcomeWriter.flush_patiently`), then closes: an execution that ends later writes its own
 outcome (:meth:`OutcomeWriter.write_late`).
 """
@@ -35,6 +37,12 @@ from django_jobs.runtime.stats import WorkerStats
 
 logger = logging.getLogger("django_jobs.worker")
 
+#: How many batches of outcomes may wait before the worker stops claiming, and the most one
+#: statement writes. A writer that falls behind (a slow disk, a lock, vacuum) would otherwise
+#: see its jobs finish faster than it writes them: every unwritten outcome is a job still
+#: ``running`` in the table, its lease running out, and one ever larger statement to write.
+BACKLOG_BATCHES = 4
+
 
 @dataclass(frozen=True)
 class WriterTurn:
@@ -60,6 +68,7 @@ class OutcomeWriter:
         self._stats = stats
         self._worker_id = worker_id
         self._batch_size = batch_size
+        self._backlog = BACKLOG_BATCHES * batch_size
         self._wake = wake  # the claim loop's: it may be waiting for the last outcome
         self._metrics = metrics
         self._lock = threading.Lock()
@@ -87,10 +96,11 @@ class OutcomeWriter:
 
     @property
     def holds_back_claims(self) -> bool:
-        """What this worker ran is still unwritten for an unreachable database: a job claimed now
-        would finish into the same queue, and its lease would run out waiting (then it runs
-        again elsewhere)."""
-        return self.in_outage and bool(self._finished)
+        """What this worker ran is still unwritten, for an unreachable database or more of it
+        than :data:`BACKLOG_BATCHES` batches: a job claimed now would finish into the same
+        queue, and its lease would run out waiting (then it runs again elsewhere)."""
+        waiting = len(self._finished)
+        return bool(waiting) and (self.in_outage or waiting >= self._backlog)
 
     @property
     def alive(self) -> bool:
@@ -117,13 +127,25 @@ class OutcomeWriter:
     # ---- writing -------------------------------------------------------------------------------
 
     def flush(self, force: bool) -> int:
-        """Write the finished executions if it is time (or ``force``); returns how many.
+        """Write the finished executions while it is time (or all of them, ``force``), at most
+        :data:`BACKLOG_BATCHES` batches a statement; returns how many.
 
         Raises what the database raised; the batch is then kept, ahead of what came since.
         """
+        written = 0
+        while True:
+            held_back = self.holds_back_claims
+            batch = self._take_due(force)
+            if not batch:
+                return written
+            written += self._write(batch)
+            if held_back or not self._pool.any_running():
+                self._wake.set()  # the claim loop may be waiting for these outcomes to be written
+
+    def _take_due(self, force: bool) -> list[Finished]:
         with self._lock:
             if not self._finished:
-                return 0
+                return []
             _, running, _ = self._pool.counts()
             due = (
                 force
@@ -132,9 +154,14 @@ class OutcomeWriter:
                 or time.monotonic() - (self._oldest_finished_at or 0) >= jobs_settings.OUTCOME_FLUSH_INTERVAL
             )
             if not due:
-                return 0
-            batch, self._finished, self._oldest_finished_at = self._finished, [], None
+                return []
+            batch, self._finished = self._finished[: self._backlog], self._finished[self._backlog :]
+            # What stays is due at once: it waited as long as the batch it came with.
+            self._oldest_finished_at = self._oldest_finished_at if self._finished else None
             self._writing += 1
+            return batch
+
+    def _write(self, batch: list[Finished]) -> int:
         try:
             written = outcomes.record(batch, worker_id=self._worker_id)  # job id → the outcome written
         except DatabaseError:  # only the unreachable database gets here: keep them for later
@@ -167,8 +194,8 @@ class OutcomeWriter:
         return len(batch)
 
     def run_once(self) -> WriterTurn:
-        """One turn of the writer: write a batch if one is due. An unreachable database is
-        logged and its connection closed; the outcomes stay, and the turn says how long to wait."""
+        """One turn of the writer: write what is due. An unreachable database is logged and its
+        connection closed; the outcomes stay, and the turn says how long to wait."""
         try:
             wrote = self.flush(force=False)
         except DATABASE_UNAVAILABLE as exc:
@@ -184,8 +211,6 @@ class OutcomeWriter:
             return WriterTurn(retry_in=wait)
         self._outage.answered()
         self.in_outage = False
-        if wrote and not self._pool.any_running():
-            self._wake.set()  # the claim loop may be waiting for the last outcome
         return WriterTurn(written=wrote)
 
     def _run(self) -> None:

@@ -19,6 +19,8 @@ Time is always the database's ``now()``.
 - ``recovery``: the reaper's writes (expired leases, retention);
 - ``schedules``: the tick rows of periodic jobs (one per tick, whatever the workers);
 - ``workers``: worker processes reporting themselves alive.
+- ``guards``: the ownership guard as the statements of many jobs write it (a query plan's
+  matter, see there).
 """
 
 from django_jobs.transitions.calls import end_call, mark_call, marked_calls

@@ -16,12 +16,14 @@ from django.db import connections
 
 from django_jobs.conf import jobs_settings
 from django_jobs.transitions.cursor import bound_cursor, seconds
+from django_jobs.transitions.guards import STILL_RUNNING
 
 # A worker that exits with executions still running cuts their leases short: they end with
 # the process, so the reaper may take the jobs back soon after, and not a whole lease later.
 _CUT_LEASES = (
-    "UPDATE django_jobs_job SET lease_expires_at = LEAST(lease_expires_at, now() + make_interval(secs => %s))"
-    " WHERE id = ANY(%s) AND execution_id = ANY(%s) AND status = 'running'"
+    "UPDATE django_jobs_job j"
+    " SET lease_expires_at = LEAST(j.lease_expires_at, now() + make_interval(secs => %s))"
+    f" WHERE j.id = ANY(%s) AND j.execution_id = ANY(%s) AND {STILL_RUNNING}"
 )
 
 
@@ -61,7 +63,7 @@ def set_checkpoint(job_id: int, execution_id: uuid.UUID, checkpoint_json: str) -
 # Extends the leases that are due (lease > 0), records the start of prefetched executions that
 # began since the last beat (ran_for: seconds they have been running) and reports cancel
 # requests, for every execution still owning its job.
-_HEARTBEAT = """
+_HEARTBEAT = f"""
 WITH beat AS (
     SELECT * FROM unnest(%b::bigint[], %b::uuid[], %b::float8[], %b::float8[])
         AS b(id, execution_id, lease, ran_for)
@@ -74,7 +76,7 @@ UPDATE django_jobs_job j SET
     started_at = CASE WHEN j.started_at IS NULL AND b.ran_for IS NOT NULL
                       THEN now() - make_interval(secs => b.ran_for) ELSE j.started_at END
 FROM beat b
-WHERE j.id = b.id AND j.execution_id = b.execution_id AND j.status = 'running'
+WHERE j.id = b.id AND j.execution_id = b.execution_id AND {STILL_RUNNING}
 RETURNING j.id, j.cancel_requested_at IS NOT NULL
 """
 

@@ -20,6 +20,7 @@ from django.db import transaction
 from django_jobs.conf import jobs_settings
 from django_jobs.states import JobStatus
 from django_jobs.transitions.cursor import bound_cursor, seconds
+from django_jobs.transitions.guards import STILL_RUNNING
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,7 +49,7 @@ class Outcome:
 # their execution, and the events of the arrows that need one are inserted from what it moved.
 # An outcome that would send the job back to pending is refused when a cancel request arrived
 # meanwhile: the caller decides again (cancelled), so that a cancelled job never runs again.
-_WRITE_OUTCOMES = """
+_WRITE_OUTCOMES = f"""
 WITH outcome AS (
     SELECT * FROM unnest(%b::bigint[], %b::uuid[], %b::text[], %b::float8[], %b::text[],
                          %b::text[], %b::text[], %b::jsonb[], %b::int[], %b::float8[], %b::text[])
@@ -72,7 +73,7 @@ WITH outcome AS (
                           THEN j.last_error ELSE o.error END,
         lease_expires_at = NULL
     FROM outcome o
-    WHERE j.id = o.id AND j.execution_id = o.execution_id AND j.status = 'running'
+    WHERE j.id = o.id AND j.execution_id = o.execution_id AND {STILL_RUNNING}
       AND (o.status <> 'pending' OR j.cancel_requested_at IS NULL)
     RETURNING j.id, j.execution_id, j.worker_id, j.attempts, o.status, o.error_code, o.error,
               o.event, o.details, o.reason
@@ -87,8 +88,8 @@ WITH outcome AS (
 SELECT id FROM moved
 """
 _CANCEL_REQUESTED = (
-    "SELECT id FROM django_jobs_job WHERE id = ANY(%s) AND status = 'running'"
-    " AND cancel_requested_at IS NOT NULL"
+    f"SELECT j.id FROM django_jobs_job j WHERE j.id = ANY(%s) AND {STILL_RUNNING}"
+    " AND j.cancel_requested_at IS NOT NULL"
 )
 
 
@@ -96,14 +97,14 @@ _CANCEL_REQUESTED = (
 # statement of its own binds four arrays instead of eleven, which is most of what writing a
 # batch of no-op jobs costs the worker. A prefetched execution's attempt and start are counted
 # here if no heartbeat recorded them yet (ran_for is then its run time).
-_COMPLETE = """
+_COMPLETE = f"""
 UPDATE django_jobs_job j SET
     status = 'completed',
     attempts = j.attempts + (j.started_at IS NULL)::int,
     started_at = COALESCE(j.started_at, now() - make_interval(secs => COALESCE(d.ran_for, 0))),
     completed_at = now(), finished_at = now(), lease_expires_at = NULL, return_value = d.result
 FROM unnest(%b::bigint[], %b::uuid[], %b::float8[], %b::jsonb[]) AS d(id, execution_id, ran_for, result)
-WHERE j.id = d.id AND j.execution_id = d.execution_id AND j.status = 'running'
+WHERE j.id = d.id AND j.execution_id = d.execution_id AND {STILL_RUNNING}
 RETURNING j.id
 """
 

@@ -13,6 +13,7 @@ from django.db import connections, transaction
 
 from django_jobs.conf import jobs_settings
 from django_jobs.transitions.calls import marked_calls
+from django_jobs.transitions.guards import STILL_RUNNING
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,7 +63,7 @@ WHERE status = 'running' AND lease_expires_at < now()
 ORDER BY lease_expires_at LIMIT %s
 FOR UPDATE SKIP LOCKED
 """
-_RECOVER = """
+_RECOVER = f"""
 WITH decision AS (
     SELECT * FROM unnest(%s::bigint[], %s::uuid[], %s::text[], %s::text[], %s::float8[], %s::text[],
                          %s::text[], %s::int[], %s::text[])
@@ -80,7 +81,7 @@ WITH decision AS (
         last_error = d.reason,
         worker_id = NULL, execution_id = NULL, heartbeat_at = NULL, lease_expires_at = NULL
     FROM decision d
-    WHERE j.id = d.id AND j.execution_id = d.execution_id AND j.status = 'running'
+    WHERE j.id = d.id AND j.execution_id = d.execution_id AND {STILL_RUNNING}
       AND j.lease_expires_at < now()
     RETURNING j.id, j.attempts, d.status, d.execution_id, d.worker_id, d.reason, d.delay, d.event,
               d.error_code

@@ -16,6 +16,7 @@ from django.test import override_settings
 from django_jobs import enqueue
 from django_jobs.decision import Happened
 from django_jobs.models import Job
+from django_jobs.runtime import writer as writer_module
 from django_jobs.runtime.executor import Finished
 from django_jobs.runtime.producer import ProducerTurn
 from django_jobs.runtime.worker import Worker
@@ -160,6 +161,37 @@ def test_the_writer_keeps_its_outcomes_while_the_database_is_away_and_writes_the
     assert not worker._writer.holds_back_claims
     job.refresh_from_db()
     assert (job.status, job.attempts) == (JobStatus.PENDING, 0)
+
+
+def test_while_batches_of_outcomes_pile_up_claims_wait_and_each_statement_writes_a_few(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    for _ in range(9):
+        enqueue("test.noop", {})
+    worker = Worker(concurrency=9, batch_size=2)
+    held = []
+    while len(held) < 9:
+        worker._producer.run_once()
+        held += worker._pool.take_buffered()
+    statements: list[int] = []
+    record = writer_module.outcomes.record
+
+    def counting(batch: list[Finished], *, worker_id: str) -> object:
+        statements.append(len(batch))
+        return record(batch, worker_id=worker_id)
+
+    monkeypatch.setattr(writer_module.outcomes, "record", counting)
+    worker._writer.add([Finished(h.claim, Happened.NOT_STARTED) for h in held[:7]])
+    assert not worker._writer.holds_back_claims  # fewer than BACKLOG_BATCHES batches of 2 wait
+    worker._writer.add([Finished(h.claim, Happened.NOT_STARTED) for h in held[7:]])
+    assert worker._writer.holds_back_claims
+    assert worker._producer.claim_if_room() == 0  # no claim while they wait
+    worker._wake.clear()
+    assert worker._writer.run_once() == WriterTurn(written=9)
+    assert statements == [writer_module.BACKLOG_BATCHES * 2, 1]
+    assert not worker._writer.holds_back_claims
+    assert worker._wake.is_set()  # the claim loop goes on at once
+    assert _statuses() == {JobStatus.PENDING: 9}
 
 
 def test_the_writer_refuses_outcomes_once_closed() -> None:
