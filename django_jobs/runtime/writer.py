@@ -96,8 +96,8 @@ class OutcomeWriter:
 
     @property
     def holds_back_claims(self) -> bool:
-        """What this worker ran is still unwritten, for an unreachable database or more of it
-        than :data:`BACKLOG_BATCHES` batches: a job claimed now would finish into the same
+        """What this worker ran is still unwritten, for an unreachable database or as much of it
+        as :data:`BACKLOG_BATCHES` batches: a job claimed now would finish into the same
         queue, and its lease would run out waiting (then it runs again elsewhere)."""
         waiting = len(self._finished)
         return bool(waiting) and (self.in_outage or waiting >= self._backlog)
