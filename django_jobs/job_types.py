@@ -81,6 +81,9 @@ class JobType:
     #: would matter is marked: an execution lost before any mark never reached the provider and
     #: is retried; one lost after a mark is reconciled or parked (see ``on_lost_in_call``).
     external_calls: tuple[str, ...] = ()
+    #: Whether its effects may be outside the database (a charge, a mail, a webhook) when it
+    #: declares no external call and no reconcile: see ``acts_outside``.
+    external: bool = False
     #: When the scheduler enqueues this type on its own (``@job(schedule=...)``), or None.
     schedule: Schedule | None = None
     #: Called with the job's id and the status written once the outcome of an execution of
@@ -95,6 +98,18 @@ class JobType:
         if not self.external_calls:
             return None
         return "reconcile" if self.reconcile is not None else "needs_review"
+
+    @property
+    def acts_outside(self) -> bool:
+        """Whether a job of this type may have effects a restored database does not remember,
+        so that it waits while a restore hold is open: declared ``external=True``, or known by
+        its external calls, its ``reconcile`` or ``on_lost="needs_review"``."""
+        return bool(
+            self.external
+            or self.external_calls
+            or self.reconcile is not None
+            or self.on_lost == "needs_review"
+        )
 
     @property
     def default_queue(self) -> str:

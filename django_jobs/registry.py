@@ -120,12 +120,18 @@ def job(
     concurrency_limit: int = 1,
     rate_limit: str | None = None,
     external_calls: tuple[str, ...] | list[str] = (),
+    external: bool = False,
     schedule: str | float | dt.timedelta | None = None,
     tz: str = "UTC",
     misfire_grace: float | None = None,
     on_running: str = "skip",
 ) -> Callable[[H], H]:
     """Register the decorated ``handler(ctx, payload)`` as job type ``name``.
+
+    ``external=True`` says that its effects may be outside the database (a charge, a mail, a
+    webhook): its jobs wait while a restore hold is open (docs/operations.md, "Restoring from a
+    backup"). A type with ``external_calls``, a ``reconcile`` or ``on_lost="needs_review"`` is
+    taken as external anyway.
 
     ``schedule`` (a cron expression, evaluated in ``tz``, or an interval in seconds or as a
     timedelta) makes the workers enqueue this type once per tick with an empty payload; see
@@ -172,6 +178,9 @@ def job(
             'e.g. external_calls=("charge",)'
         )
 
+    if not isinstance(external, bool):
+        raise ValueError("external must be True or False")
+
     planned = None
     if schedule is not None:
         planned = Schedule(
@@ -207,6 +216,7 @@ def job(
                 concurrency_limit=concurrency_limit,
                 rate_limit=rate,
                 external_calls=tuple(dict.fromkeys(external_calls)),
+                external=external,
                 schedule=planned,
             )
         )

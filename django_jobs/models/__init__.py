@@ -1,6 +1,7 @@
 """The tables of django_jobs, by role: ``jobs`` (the job table and its reads), ``coordination``
 (what workers coordinate through: paused queues, concurrency keys, rate windows, schedule ticks
-and state, live workers) and ``audit`` (what happened: events, calls out, effects done, log
+and state, live workers), ``restore`` (the database's identity as workers saw it, restore holds)
+and ``audit`` (what happened: events, calls out, effects done, log
 entries owed).
 
 Every name is importable from here, as ``from django_jobs.models import Job``; status writes
@@ -29,10 +30,12 @@ from django_jobs.models.coordination import (
     silence_threshold,
 )
 from django_jobs.models.jobs import Job, JobQuerySet
+from django_jobs.models.restore import DatabaseIdentity, RestoreHold
 
 __all__ = [
     "SILENT_AFTER_BEATS",
     "ConcurrencyKey",
+    "DatabaseIdentity",
     "ExternalCall",
     "Job",
     "JobEvent",
@@ -43,6 +46,7 @@ __all__ = [
     "Queue",
     "QueueEvent",
     "RateWindow",
+    "RestoreHold",
     "ScheduleEvent",
     "ScheduleState",
     "ScheduleTick",

@@ -78,6 +78,12 @@ class JobQuerySet(models.QuerySet["Job"]):
             return [row[0] for row in cursor.fetchall()]
 
 
+# The conditions of the claim's partial indexes, with their terms in the order migration 0013
+# wrote them: ``Q(status=..., ready=...)`` sorts its keywords, and a different order is a change
+# of state to ``makemigrations``, although PostgreSQL's index is the same.
+_READY = Q(("status", JobStatus.PENDING), ("ready", True))
+_LATER = Q(("status", JobStatus.PENDING), ("ready", False))
+
 _DISTINCT_COLUMNS = frozenset({"queue", "type", "last_error_code"})
 
 
@@ -177,7 +183,7 @@ class Job(models.Model):
                 "available_at",
                 "id",
                 name="django_jobs_ready_queue",
-                condition=Q(status=JobStatus.PENDING, ready=True),
+                condition=_READY,
             ),
             # The claim of a worker that serves every queue: one ordered scan per kind.
             models.Index(
@@ -187,7 +193,7 @@ class Job(models.Model):
                 "available_at",
                 "id",
                 name="django_jobs_ready",
-                condition=Q(status=JobStatus.PENDING, ready=True),
+                condition=_READY,
             ),
             # Jobs scheduled for later, by kind and due time: each claim promotes the due ones of
             # its kinds from here (a probe per kind when none is due), and an idle worker reads
@@ -197,7 +203,7 @@ class Job(models.Model):
                 "version",
                 "available_at",
                 name="django_jobs_later",
-                condition=Q(status=JobStatus.PENDING, ready=False),
+                condition=_LATER,
             ),
             # The reaper's search for expired leases, and the list of what is running.
             models.Index(

@@ -13,7 +13,9 @@ Three questions, each a few index probes whatever the size of the job table:
   reaper is running). Counted up to ``COUNT_CAP`` through the ``django_jobs_running`` index;
 - what holds the vacuum horizon of the jobs database back (``CHECK_HORIZON_WARNING``,
   ``CHECK_HORIZON_XIDS``): a warning per holder, naming it (:mod:`django_jobs.observe.horizon`),
-  read from the server's views, not the job table.
+  read from the server's views, not the job table;
+- an open restore hold (critical): jobs of external types wait for an operator
+  (``manage.py jobsrestore``).
 
 Paused queues are left out of the first two: their backlog waits for a person, on purpose. The
 statements are in :mod:`django_jobs.reads.findings`.
@@ -27,7 +29,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from django_jobs.conf import jobs_settings
-from django_jobs.models import Job, LiveWorker, Queue, silence_threshold
+from django_jobs.models import Job, LiveWorker, Queue, RestoreHold, silence_threshold
 from django_jobs.observe import horizon
 from django_jobs.reads import findings as reads
 from django_jobs.reads.clock import database_now
@@ -45,7 +47,7 @@ class Level(enum.StrEnum):
 @dataclass(frozen=True)
 class Finding:
     level: Level
-    #: Stable code: oldest_due, no_worker, stale_running, horizon_held.
+    #: Stable code: oldest_due, no_worker, stale_running, horizon_held, restore_hold.
     code: str
     message: str
     queue: str | None = None
@@ -88,6 +90,9 @@ def find() -> list[Finding]:
     if stale and stale_age is not None:
         findings.append(_stale(stale, stale_age))
     findings.extend(_held(holder) for holder in horizon.held_horizon())
+    hold = RestoreHold.objects.using(db).filter(released_at__isnull=True).first()
+    if hold is not None:
+        findings.append(_restore_hold(hold))
     # Stable sort: the horizon's holders keep their order, the oldest snapshot first.
     return sorted(findings, key=lambda f: (not f.critical, f.code, f.queue or ""))
 
@@ -155,4 +160,15 @@ def _held(holder: Holder) -> Finding:
         horizon.sentence(holder),
         value=round(holder.held_seconds, 1) if holder.held_seconds is not None else holder.xid_age,
         subject=dataclasses.asdict(holder),
+    )
+
+
+def _restore_hold(hold: RestoreHold) -> Finding:
+    """Critical: jobs whose effects may be outside the database wait until a person looks."""
+    return Finding(
+        Level.CRITICAL,
+        "restore_hold",
+        f"restore hold {hold.id} open since {hold.opened_at:%Y-%m-%d %H:%M:%S %Z} ({hold.kind}, by "
+        f"{hold.opened_by}): {hold.evidence}. Jobs of external types wait: manage.py jobsrestore",
+        subject={"id": hold.id, "kind": hold.kind, "opened_by": hold.opened_by},
     )

@@ -5,7 +5,8 @@ It claims only when there is room: one job per live slot, plus a prefetch while 
 slots, no queue holds more than its slots. It claims nothing while the jobs database refuses
 executors (a back-off, :class:`~django_jobs.runtime.outage.Outage`), while the outcome writer holds
 outcomes it cannot write, or while the heartbeat goes unanswered (:mod:`~django_jobs.runtime.holdback`:
-a job started now could not keep its lease).
+a job started now could not keep its lease). While a restore hold is open, it claims no job of a
+type whose effects may be outside the database (:mod:`~django_jobs.runtime.restore_watch`).
 
 It gives back, unstarted and with their attempts untouched, the prefetched jobs that waited too
 long for a slot, those of queues paused since their claim, and all of them while it holds back.
@@ -23,16 +24,17 @@ from dataclasses import dataclass
 from django_jobs import logs, transitions
 from django_jobs.conf import jobs_settings
 from django_jobs.decision import Happened
+from django_jobs.job_types import JobType
 from django_jobs.observe.liveness import Liveness
-from django_jobs.registry import JobType
 from django_jobs.runtime.executor import Finished
 from django_jobs.runtime.holdback import HoldBack
 from django_jobs.runtime.lease import Lease
 from django_jobs.runtime.outage import Outage
 from django_jobs.runtime.pool import ExecutorPool, Held, lease_for
+from django_jobs.runtime.restore_watch import RestoreWatch
 from django_jobs.runtime.stats import WorkerStats
 from django_jobs.runtime.writer import OutcomeWriter
-from django_jobs.transitions import Claim, ClaimStatement
+from django_jobs.transitions import Claim, claim_statement
 
 logger = logging.getLogger("django_jobs.worker")
 
@@ -58,6 +60,7 @@ class Producer:
         pool: ExecutorPool,
         writer: OutcomeWriter,
         hold_back: HoldBack,
+        restore_watch: RestoreWatch,
         liveness: Liveness,
         stats: WorkerStats,
         stopping: threading.Event,
@@ -72,6 +75,7 @@ class Producer:
         self._pool = pool
         self._writer = writer
         self._hold_back = hold_back
+        self._restore_watch = restore_watch
         self._liveness = liveness
         self._stats = stats
         self._stopping = stopping
@@ -79,15 +83,11 @@ class Producer:
         # The lease each type's claims get, read once: the claim statement gives them, and a
         # lease read from the settings per claimed job cost more than the rest of its Lease.
         self._leases = {name: t.lease for name, t in job_types.items()}
-        self.statement = ClaimStatement(
-            worker_id,
-            self._queues,
-            versions={name: t.version for name, t in job_types.items()},
-            leases=self._leases,
-            oldest={name: t.oldest_readable_version for name, t in job_types.items()},
-            rate_limits={name: t.rate_limit for name, t in job_types.items() if t.rate_limit},
-        )
+        self.statement = claim_statement(worker_id, self._queues, job_types.values())
         self._rate_windows_open = not self.statement.rate_limited
+        # While a restore hold is open: the claim of the types whose effects stay in the database.
+        inside = {name: t for name, t in job_types.items() if name not in restore_watch.outside}
+        self._while_held = claim_statement(worker_id, self._queues, inside.values()) if inside else None
         # How long a prefetched job may wait for a slot before it is given back: within the
         # shortest lease (a buffered job's lease is not extended), and long enough that a brief
         # stall does not throw a prefetch away. A slot also refuses, by itself, a job with less
@@ -139,6 +139,11 @@ class Producer:
         # but never leave a slot idle while jobs may be waiting.
         if held >= target or (idle <= buffered and held > target // 2):
             return 0
+        statement = self.statement
+        if self._restore_watch.held and self._restore_watch.outside:
+            if self._while_held is None:
+                return 0  # every type it runs waits for the restore hold's release
+            statement = self._while_held
         if not self._rate_windows_open:
             transitions.open_rate_windows(self.statement.rate_limited)
             self._rate_windows_open = True
@@ -152,7 +157,7 @@ class Producer:
         sent_at, started = time.monotonic(), time.perf_counter()
         self._turn += 1
         claims = transitions.claim(
-            self.statement, limit, start_now=max(0, idle - buffered), rooms=rooms, turn=self._turn
+            statement, limit, start_now=max(0, idle - buffered), rooms=rooms, turn=self._turn
         )
         elapsed = time.perf_counter() - started
         self._liveness.database_answered()

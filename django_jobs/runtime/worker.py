@@ -66,6 +66,7 @@ from django_jobs.runtime.outage import Outage
 from django_jobs.runtime.pool import ExecutorPool, Held, lease_for
 from django_jobs.runtime.presence import Presence, make_worker_id
 from django_jobs.runtime.producer import Producer
+from django_jobs.runtime.restore_watch import RestoreWatch
 from django_jobs.runtime.stats import SUMMARY_INTERVAL, Summaries, WorkerStats
 from django_jobs.runtime.wakeup import Wakeup
 from django_jobs.runtime.writer import OutcomeWriter
@@ -154,7 +155,8 @@ class Worker:
             stats=self.stats,
             holding=self._holding,
         )
-        self._heartbeat = Heartbeat(self._running_leases, report=self._presence.report_alive)
+        self._restore_watch = RestoreWatch(worker_id=self.worker_id, job_types=self.job_types)
+        self._heartbeat = Heartbeat(self._running_leases, report=self._report)
         self.pool = pool
         self._pool: ExecutorPool
         if pool == "process":
@@ -214,6 +216,7 @@ class Worker:
             pool=self._pool,
             writer=self._writer,
             hold_back=self._hold_back,
+            restore_watch=self._restore_watch,
             liveness=self.liveness,
             stats=self.stats,
             stopping=self._stopping,
@@ -246,6 +249,10 @@ class Worker:
         self._pool.start()
         self._writer.start()
         self._presence.log_start()
+        # Before the first claim: is this the database the workers left? If it does not answer,
+        # jobs of external types wait until the heartbeat's look gets through.
+        with contextlib.suppress(*DATABASE_UNAVAILABLE):
+            self._restore_watch.run_once()
         self._heartbeat.start()
         self._wakeup.start()
         if self._reaper is not None:
@@ -359,6 +366,12 @@ class Worker:
         """No job this worker could ever run is pending (now or later) or running."""
         return not transitions.any_active(types=list(self.job_types), queues=self.queues)
 
+    def _report(self) -> None:
+        """The heartbeat's report, every heartbeat interval and at once after a reconnect: the
+        live-worker row, then a look for a restored database."""
+        self._presence.report_alive()
+        self._restore_watch.run_once()
+
     def _holding(self) -> int:
         buffered, running, _ = self._pool.counts()
         return buffered + running
@@ -368,6 +381,8 @@ class Worker:
     def _execute(self, claim: Claim, lease: Lease) -> Finished:
         if not self._hold_back.may_start_jobs():
             return Finished(claim, Happened.NOT_STARTED)  # given back unstarted, uncounted
+        if self._restore_watch.holds(claim.type):
+            return Finished(claim, Happened.NOT_STARTED)  # claimed before the hold opened: given back
         return execute(claim, lease, side_writer=self._heartbeat, on_start=self._started)
 
     def _started(self, claim: Claim) -> None:

@@ -24,6 +24,7 @@ Time is always the database's ``now()``.
 """
 
 from django_jobs.transitions.calls import end_call, mark_call, marked_calls
+from django_jobs.transitions.claimable import claim_statement
 from django_jobs.transitions.ending import Running, lock_running
 from django_jobs.transitions.execution import (
     Claim,
@@ -75,6 +76,7 @@ __all__ = [
     "cancel",
     "cancel_requested_among",
     "claim",
+    "claim_statement",
     "claim_tick",
     "cut_leases",
     "disable_schedule",

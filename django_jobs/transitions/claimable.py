@@ -20,7 +20,7 @@ the starts left in a rate window.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -31,6 +31,7 @@ from django_jobs.transitions.execution import (
     _OLDEST_FILTER,
     _RATE_ROOM_FILTER,
     _ROW_CONDITIONS,
+    ClaimStatement,
 )
 
 #: The claim's order (``ORDER BY priority DESC, available_at, id``): best priority first, then
@@ -75,6 +76,16 @@ def claim_inputs(job_types: Iterable[ClaimPolicy]) -> ClaimInputs:
         leases={t.name: t.lease for t in known},
         oldest={t.name: t.oldest_readable_version for t in known},
         rate_limits={t.name: t.rate_limit for t in known if t.rate_limit},
+    )
+
+
+def claim_statement(
+    worker_id: str, queues: Sequence[str] | None, job_types: Iterable[ClaimPolicy]
+) -> ClaimStatement:
+    """The claim statement of a worker that runs ``job_types`` from ``queues`` (None: all)."""
+    inputs = claim_inputs(job_types)
+    return ClaimStatement(
+        worker_id, queues, inputs.versions, inputs.leases, inputs.oldest, inputs.rate_limits
     )
 
 

@@ -50,6 +50,7 @@ PURE_RULES = frozenset(
         "sanitize",
         "results",
         "names",
+        "restoring",
     )
 )
 CONF = f"{ROOT}.conf"

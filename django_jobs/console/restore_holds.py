@@ -1,0 +1,82 @@
+"""What operators do about a restored database, checked first: declare a restore the workers
+cannot see, release a hold, and read where things stand (``manage.py jobsrestore``).
+
+Each action is recorded with who and why (``RestoreHold``); nothing is half done: a refused
+action writes nothing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from django.db.models import Count
+
+from django_jobs.conf import jobs_settings
+from django_jobs.console.reasons import MAX_ACTOR_CHARS, MAX_REASON_CHARS, check_text
+from django_jobs.models import DatabaseIdentity, Job, RestoreHold
+from django_jobs.registry import registry
+from django_jobs.restoring import Identity
+from django_jobs.states import JobStatus
+from django_jobs.transitions import restore
+from django_jobs.transitions.operator import ActionRefused
+
+
+@dataclass(frozen=True)
+class RestoreStatus:
+    hold: RestoreHold | None
+    recorded: DatabaseIdentity | None
+    live: Identity
+    #: The job types of this code base whose jobs wait while a hold is open.
+    outside: list[str]
+    #: Of those, how many jobs are pending and running now: (type, status) → count.
+    waiting: dict[tuple[str, str], int]
+
+
+def outside_types() -> list[str]:
+    """The registered job types whose effects may be outside the database."""
+    return sorted(job_type.name for job_type in registry.all() if job_type.acts_outside)
+
+
+def status() -> RestoreStatus:
+    alias = jobs_settings.DATABASE
+    outside = outside_types()
+    counts = (
+        Job.objects.using(alias)
+        .filter(type__in=outside, status__in=(JobStatus.PENDING, JobStatus.RUNNING))
+        .values_list("type", "status")
+        .annotate(n=Count("id"))
+    )
+    return RestoreStatus(
+        hold=RestoreHold.objects.using(alias).filter(released_at__isnull=True).first(),
+        recorded=DatabaseIdentity.objects.using(alias).first(),
+        live=restore.live_identity(),
+        outside=outside,
+        waiting={(type_, status_): n for type_, status_, n in counts},
+    )
+
+
+def declare(*, actor: str, reason: str) -> int:
+    """Open a restore hold for a restore the workers cannot see (a base backup started on the
+    same timeline with no worker running, a restore of the business tables alone). Returns its
+    id. Raises ``ValueError`` for a missing actor or reason, ``ActionRefused`` if one is open."""
+    _check(actor, reason)
+    return restore.declare(actor=actor, reason=reason)
+
+
+def release(*, actor: str, reason: str, hold_id: int | None = None) -> int:
+    """Release the open restore hold (``hold_id``, if given, must be it): jobs of external types
+    run again. Returns its id. Raises ``ValueError`` for a missing actor or reason,
+    ``ActionRefused`` when no hold is open or ``hold_id`` is not the open one."""
+    _check(actor, reason)
+    hold = restore.open_hold()
+    if hold is None:
+        raise ActionRefused("no restore hold is open")
+    if hold_id is not None and hold_id != hold.id:
+        raise ActionRefused(f"restore hold {hold_id} is not the open one (hold {hold.id} is)")
+    restore.release(hold.id, actor=actor, reason=reason)
+    return hold.id
+
+
+def _check(actor: object, reason: object) -> None:
+    for what, value, limit in (("actor", actor, MAX_ACTOR_CHARS), ("reason", reason, MAX_REASON_CHARS)):
+        check_text(what, value, limit, empty=f"say who and why: the {what} must be a non-empty string")

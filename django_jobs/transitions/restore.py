@@ -1,0 +1,134 @@
+"""The writes of restore safety: a worker's look at the database's identity (recorded, compared,
+a hold opened on a restore's sign), and what operators do to holds (declare one, release it),
+each with its actor and reason. The comparison itself is ``django_jobs.restoring.judge``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from django.db import connections, transaction
+
+from django_jobs.conf import jobs_settings
+from django_jobs.models.restore import RestoreHold
+from django_jobs.restoring import Identity, RestoreSign, Seen, judge
+from django_jobs.transitions.operator import ActionRefused
+
+# What the server says the database is. The timeline is the one WAL is written on now (the first
+# eight hex digits of the current segment's name); a server in recovery writes none, and its last
+# checkpoint's timeline stands in (a worker connected to a standby claims nothing anyway).
+_LIVE = """
+SELECT (SELECT system_identifier FROM pg_control_system()),
+       (SELECT oid FROM pg_database WHERE datname = current_database()),
+       CASE WHEN pg_is_in_recovery() THEN (SELECT timeline_id FROM pg_control_checkpoint())
+            ELSE ('x' || left(pg_walfile_name(pg_current_wal_lsn()), 8))::bit(32)::int END
+"""
+_RECORDED = (
+    "SELECT system_identifier, database_oid, timeline, generation FROM django_jobs_databaseidentity"
+    " WHERE id = 1 FOR UPDATE"
+)
+_RECORD = """
+INSERT INTO django_jobs_databaseidentity
+    (id, system_identifier, database_oid, timeline, generation, looked_at)
+VALUES (1, %(system)s, %(oid)s, %(timeline)s, %(generation)s, now())
+ON CONFLICT (id) DO UPDATE SET system_identifier = EXCLUDED.system_identifier,
+    database_oid = EXCLUDED.database_oid, timeline = EXCLUDED.timeline,
+    generation = EXCLUDED.generation, looked_at = now()
+"""
+# The partial unique index refuses a second open hold: the first sign of a restore is kept.
+_OPEN = """
+INSERT INTO django_jobs_restorehold (kind, evidence, opened_by, opened_at) VALUES (%s, %s, %s, now())
+ON CONFLICT DO NOTHING RETURNING id
+"""
+_OPEN_HOLD = (
+    "SELECT id, kind, evidence, opened_by, opened_at FROM django_jobs_restorehold WHERE released_at IS NULL"
+)
+_RELEASE = """
+UPDATE django_jobs_restorehold SET released_at = now(), released_by = %(actor)s, release_reason = %(reason)s
+WHERE id = %(id)s AND released_at IS NULL RETURNING id
+"""
+
+
+@dataclass(frozen=True, slots=True)
+class Look:
+    """What one look found: what the worker has now seen, the sign of a restore if this look
+    found one, and whether a hold is open (found now, or before, or declared)."""
+
+    seen: Seen
+    sign: RestoreSign | None
+    #: The hold this look opened; None if it opened none (no sign, or one was open already).
+    opened: int | None
+    held: bool
+
+
+@dataclass(frozen=True, slots=True)
+class OpenHold:
+    id: int
+    kind: str
+    evidence: str
+    opened_by: str
+    opened_at: Any
+
+
+def live_identity() -> Identity:
+    """What the server says the jobs database is."""
+    with connections[jobs_settings.DATABASE].cursor() as cursor:
+        cursor.execute(_LIVE)
+        system, oid, timeline = cursor.fetchone()
+    return Identity(system_identifier=int(system), database_oid=int(oid), timeline=int(timeline))
+
+
+def look(witness: Seen | None, worker_id: str) -> Look:
+    """Compare the database's recorded identity with the server's and with ``witness`` (what
+    this worker saw at its last look), record what it is now one generation on, and open a hold
+    on a restore's sign: all in one transaction, the record locked, so that workers looking at
+    once judge one after the other."""
+    alias = jobs_settings.DATABASE
+    with transaction.atomic(using=alias), connections[alias].cursor() as cursor:
+        cursor.execute(_LIVE)
+        system, oid, timeline = cursor.fetchone()
+        live = Identity(system_identifier=int(system), database_oid=int(oid), timeline=int(timeline))
+        cursor.execute(_RECORDED)
+        row = cursor.fetchone()
+        recorded = None if row is None else Seen(Identity(int(row[0]), int(row[1]), int(row[2])), int(row[3]))
+        sign = judge(recorded, live, witness)
+        generation = (recorded.generation if recorded is not None else 0) + 1
+        # Two first looks at once: the second's INSERT waits for the first's and updates its row.
+        cursor.execute(
+            _RECORD, {"system": system, "oid": oid, "timeline": timeline, "generation": generation}
+        )
+        opened = None
+        if sign is not None:
+            cursor.execute(_OPEN, [sign.kind, sign.evidence, worker_id])
+            found = cursor.fetchone()
+            opened = None if found is None else int(found[0])
+        cursor.execute(_OPEN_HOLD)
+        held = cursor.fetchone() is not None
+    return Look(seen=Seen(live, generation), sign=sign, opened=opened, held=held)
+
+
+def open_hold() -> OpenHold | None:
+    """The hold open now, if one is."""
+    with connections[jobs_settings.DATABASE].cursor() as cursor:
+        cursor.execute(_OPEN_HOLD)
+        row = cursor.fetchone()
+    return None if row is None else OpenHold(*row)
+
+
+def declare(*, actor: str, reason: str) -> int:
+    """Open a hold for a restore the workers cannot see. Raises ``ActionRefused`` if one is open."""
+    with connections[jobs_settings.DATABASE].cursor() as cursor:
+        cursor.execute(_OPEN, [RestoreHold.Kind.DECLARED, reason, actor])
+        row = cursor.fetchone()
+    if row is None:
+        raise ActionRefused("a restore hold is open already: release it first, or keep it")
+    return int(row[0])
+
+
+def release(hold_id: int, *, actor: str, reason: str) -> None:
+    """Release the open hold ``hold_id``. Raises ``ActionRefused`` if it is not open."""
+    with connections[jobs_settings.DATABASE].cursor() as cursor:
+        cursor.execute(_RELEASE, {"id": hold_id, "actor": actor, "reason": reason})
+        if cursor.fetchone() is None:
+            raise ActionRefused(f"restore hold {hold_id} is not open")
