@@ -19,7 +19,8 @@ import psycopg
 def _bindir() -> Path:
     found = shutil.which("pg_ctl")
     if found:
-        return Path(found).parent
+        # The server's own folder, where all its tools are (a PATH may link pg_ctl alone).
+        return Path(found).resolve().parent
     candidates = sorted(Path("/usr/lib/postgresql").glob("*/bin/pg_ctl"))
     if not candidates:
         raise RuntimeError("pg_ctl not found: install the PostgreSQL server binaries")
