@@ -19,7 +19,9 @@ So every connection a worker process opens to PostgreSQL gets, unless its ``OPTI
   kernel's SYN retries (about two minutes).
 
 These apply to the handlers' connections in that process too: they only shorten how long a
-dead peer goes unnoticed, which is what a handler wants as well.
+dead peer goes unnoticed, which is what a handler wants as well. The jobs database's connections
+also ask for a server that takes writes (libpq's ``target_session_attrs=read-write``): during a
+failover, the address may answer as a standby before it is promoted.
 
 The worker's own statements (claim, heartbeat, outcomes, reaper, scheduler) run on connections
 of their own threads, which also get a ``statement_timeout``: one held up by a lock or an
@@ -85,6 +87,12 @@ def apply_connection_options() -> None:
         own = settings_dict.setdefault("OPTIONS", {})
         for name, value in options.items():
             own.setdefault(name, value)
+        if alias == jobs_settings.DATABASE:
+            # A standby at the jobs database's address (a failover under way, before its
+            # promotion) is refused as a connection, which the worker waits out like an outage;
+            # connected to it, every write would fail with an error that stops the worker. Only
+            # this alias: a handler may read from a replica on purpose.
+            own.setdefault("target_session_attrs", "read-write")
 
 
 #: Set on a Django connection wrapper: whether its current connection got the worker's settings.

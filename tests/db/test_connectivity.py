@@ -104,6 +104,20 @@ def test_worker_connections_carry_the_options_and_the_users_own_win(restored_opt
     assert parameters["keepalives_count"] == "3"
     assert parameters["tcp_user_timeout"] == "10000"
     assert parameters["connect_timeout"] == "5"
+    assert parameters["target_session_attrs"] == "read-write"  # a standby is refused, not written to
+
+
+def test_only_the_jobs_database_refuses_a_standby(restored_options: None) -> None:
+    connections.settings["reads_replica"] = {**connections.settings["default"], "OPTIONS": {}}
+    try:
+        apply_connection_options()
+        assert connections.settings["default"]["OPTIONS"]["target_session_attrs"] == "read-write"
+        assert (
+            "target_session_attrs" not in connections.settings["reads_replica"]["OPTIONS"]
+        )  # a replica, say
+        assert connections.settings["reads_replica"]["OPTIONS"]["keepalives"] == 1
+    finally:
+        del connections.settings["reads_replica"]
 
 
 def test_statement_timeout_bounds_only_the_workers_own_threads() -> None:

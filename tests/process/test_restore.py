@@ -191,11 +191,10 @@ def test_a_restart_and_a_failover_with_every_commit_hold_nothing(
             wait_for(
                 lambda: cluster.scalar("SELECT (NOT pg_is_in_recovery())::int") == 1, what="the promotion"
             )
+            # The worker waited out the standby (refused until promoted), and looks again.
             before = cluster.scalar(GENERATION)
-            wait_for(
-                lambda: cluster.scalar(GENERATION) > before + 3, timeout=30,
-                what="the worker to look at the promoted server",
-            )  # fmt: skip
+            wait_for(lambda: cluster.scalar(GENERATION) > before + 3, timeout=30, what="the worker's looks")
+            assert worker.process.poll() is None, worker.output()
             assert holds(cluster) == []
             assert "restore detected" not in worker.output()
         finally:
