@@ -5,6 +5,7 @@ each with its actor and reason. The comparison itself is ``django_jobs.restoring
 
 from __future__ import annotations
 
+import datetime as dt
 from dataclasses import dataclass
 from typing import Any
 
@@ -68,14 +69,18 @@ class OpenHold:
     kind: str
     evidence: str
     opened_by: str
-    opened_at: Any
+    opened_at: dt.datetime
 
 
 def live_identity() -> Identity:
     """What the server says the jobs database is."""
     with connections[jobs_settings.DATABASE].cursor() as cursor:
-        cursor.execute(_LIVE)
-        system, oid, timeline = cursor.fetchone()
+        return _read_live(cursor)
+
+
+def _read_live(cursor: Any) -> Identity:
+    cursor.execute(_LIVE)
+    system, oid, timeline = cursor.fetchone()
     return Identity(system_identifier=int(system), database_oid=int(oid), timeline=int(timeline))
 
 
@@ -86,9 +91,7 @@ def look(witness: Seen | None, worker_id: str) -> Look:
     once judge one after the other."""
     alias = jobs_settings.DATABASE
     with transaction.atomic(using=alias), connections[alias].cursor() as cursor:
-        cursor.execute(_LIVE)
-        system, oid, timeline = cursor.fetchone()
-        live = Identity(system_identifier=int(system), database_oid=int(oid), timeline=int(timeline))
+        live = _read_live(cursor)
         cursor.execute(_RECORDED)
         row = cursor.fetchone()
         recorded = None if row is None else Seen(Identity(int(row[0]), int(row[1]), int(row[2])), int(row[3]))
@@ -96,7 +99,13 @@ def look(witness: Seen | None, worker_id: str) -> Look:
         generation = (recorded.generation if recorded is not None else 0) + 1
         # Two first looks at once: the second's INSERT waits for the first's and updates its row.
         cursor.execute(
-            _RECORD, {"system": system, "oid": oid, "timeline": timeline, "generation": generation}
+            _RECORD,
+            {
+                "system": live.system_identifier,
+                "oid": live.database_oid,
+                "timeline": live.timeline,
+                "generation": generation,
+            },
         )
         opened = None
         if sign is not None:
