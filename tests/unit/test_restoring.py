@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import pytest
 
+from django_jobs import job
+from django_jobs.job_types import JobType, Reconciliation
 from django_jobs.models import RestoreHold
 from django_jobs.restoring import Identity, Seen, judge
 
@@ -65,3 +67,26 @@ def test_a_failover_that_lost_what_a_worker_saw_went_back() -> None:
 def test_a_new_system_identifier_alone_is_an_upgrade_not_a_restore() -> None:
     upgraded = Identity(1234, HERE.database_oid, 1)
     assert judge(seen(5), upgraded, None) is None
+
+
+def test_which_types_wait_under_a_hold() -> None:
+    def handler(ctx: object, payload: object) -> None: ...
+
+    def answer(ctx: object, payload: object) -> Reconciliation:
+        return Reconciliation.DONE
+
+    inside = JobType("a", handler)
+    assert not inside.acts_outside
+    for outside in (
+        JobType("b", handler, external=True),
+        JobType("c", handler, external_calls=("charge",)),
+        JobType("d", handler, reconcile=answer, on_lost="reconcile"),
+        JobType("e", handler, on_lost="needs_review"),
+    ):
+        assert outside.acts_outside, outside.name
+
+
+@pytest.mark.parametrize("value", ["yes", 1, None])
+def test_external_must_be_a_bool(value: object) -> None:
+    with pytest.raises(ValueError, match="external must be True or False"):
+        job("test.never_registered", external=value)  # type: ignore[arg-type]
