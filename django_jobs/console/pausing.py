@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from django_jobs import transitions
 from django_jobs.conf import jobs_settings
-from django_jobs.console.reasons import MAX_ACTOR_CHARS, MAX_REASON_CHARS, check_text
+from django_jobs.console.reasons import check_actor_and_reason
 from django_jobs.models import Job, Queue
 from django_jobs.names import QUEUE_RE
 from django_jobs.registry import registry
@@ -99,5 +99,4 @@ def _check(name: object, actor: object, reason: object) -> None:
         raise InvalidQueue(
             f"{name!r} is not a valid queue name (letters, digits and _ . : -, up to 100 characters)"
         )
-    for what, value, limit in (("actor", actor, MAX_ACTOR_CHARS), ("reason", reason, MAX_REASON_CHARS)):
-        check_text(what, value, limit, empty=f"say who and why: the {what} must be a non-empty string")
+    check_actor_and_reason(actor, reason)

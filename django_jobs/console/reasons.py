@@ -56,3 +56,9 @@ def check_text(what: str, value: object, limit: int, *, empty: str) -> None:
         raise ValueError(f"the {what} holds a NUL character, which cannot be stored")
     if problem is Problem.TOO_LONG:
         raise ValueError(f"the {what} is longer than {limit} characters")
+
+
+def check_actor_and_reason(actor: object, reason: object) -> None:
+    """Raise ``ValueError`` unless both the actor and the reason of an action can be recorded."""
+    for what, value, limit in (("actor", actor, MAX_ACTOR_CHARS), ("reason", reason, MAX_REASON_CHARS)):
+        check_text(what, value, limit, empty=f"say who and why: the {what} must be a non-empty string")

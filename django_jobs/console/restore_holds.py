@@ -12,8 +12,9 @@ from dataclasses import dataclass
 from django.db.models import Count
 
 from django_jobs.conf import jobs_settings
-from django_jobs.console.reasons import MAX_ACTOR_CHARS, MAX_REASON_CHARS, check_text
+from django_jobs.console.reasons import check_actor_and_reason
 from django_jobs.models import DatabaseIdentity, Job, RestoreHold
+from django_jobs.models.restore import open_hold
 from django_jobs.registry import registry
 from django_jobs.restoring import Identity
 from django_jobs.states import JobStatus
@@ -47,7 +48,7 @@ def status() -> RestoreStatus:
         .annotate(n=Count("id"))
     )
     return RestoreStatus(
-        hold=RestoreHold.objects.using(alias).filter(released_at__isnull=True).first(),
+        hold=open_hold(alias),
         recorded=DatabaseIdentity.objects.using(alias).first(),
         live=restore.live_identity(),
         outside=outside,
@@ -59,7 +60,7 @@ def declare(*, actor: str, reason: str) -> int:
     """Open a restore hold for a restore the workers cannot see (a base backup started on the
     same timeline with no worker running, a restore of the business tables alone). Returns its
     id. Raises ``ValueError`` for a missing actor or reason, ``ActionRefused`` if one is open."""
-    _check(actor, reason)
+    check_actor_and_reason(actor, reason)
     return restore.declare(actor=actor, reason=reason)
 
 
@@ -67,16 +68,11 @@ def release(*, actor: str, reason: str, hold_id: int | None = None) -> int:
     """Release the open restore hold (``hold_id``, if given, must be it): jobs of external types
     run again. Returns its id. Raises ``ValueError`` for a missing actor or reason,
     ``ActionRefused`` when no hold is open or ``hold_id`` is not the open one."""
-    _check(actor, reason)
-    hold = restore.open_hold()
+    check_actor_and_reason(actor, reason)
+    hold = open_hold(jobs_settings.DATABASE)
     if hold is None:
         raise ActionRefused("no restore hold is open")
     if hold_id is not None and hold_id != hold.id:
         raise ActionRefused(f"restore hold {hold_id} is not the open one (hold {hold.id} is)")
     restore.release(hold.id, actor=actor, reason=reason)
     return hold.id
-
-
-def _check(actor: object, reason: object) -> None:
-    for what, value, limit in (("actor", actor, MAX_ACTOR_CHARS), ("reason", reason, MAX_REASON_CHARS)):
-        check_text(what, value, limit, empty=f"say who and why: the {what} must be a non-empty string")

@@ -76,3 +76,8 @@ class RestoreHold(models.Model):
     def __str__(self) -> str:
         state = "open" if self.released_at is None else "released"
         return f"restore hold {self.id} ({self.kind}, {state})"
+
+
+def open_hold(using: str) -> RestoreHold | None:
+    """The restore hold open now on database ``using``, if one is (at most one can be)."""
+    return RestoreHold.objects.using(using).filter(released_at__isnull=True).first()

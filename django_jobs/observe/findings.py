@@ -30,6 +30,7 @@ from typing import Any
 
 from django_jobs.conf import jobs_settings
 from django_jobs.models import Job, LiveWorker, Queue, RestoreHold, silence_threshold
+from django_jobs.models.restore import open_hold
 from django_jobs.observe import horizon
 from django_jobs.reads import findings as reads
 from django_jobs.reads.clock import database_now
@@ -90,7 +91,7 @@ def find() -> list[Finding]:
     if stale and stale_age is not None:
         findings.append(_stale(stale, stale_age))
     findings.extend(_held(holder) for holder in horizon.held_horizon())
-    hold = RestoreHold.objects.using(db).filter(released_at__isnull=True).first()
+    hold = open_hold(db)
     if hold is not None:
         findings.append(_restore_hold(hold))
     # Stable sort: the horizon's holders keep their order, the oldest snapshot first.

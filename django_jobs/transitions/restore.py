@@ -5,7 +5,6 @@ each with its actor and reason. The comparison itself is ``django_jobs.restoring
 
 from __future__ import annotations
 
-import datetime as dt
 from dataclasses import dataclass
 from typing import Any
 
@@ -63,15 +62,6 @@ class Look:
     held: bool
 
 
-@dataclass(frozen=True, slots=True)
-class OpenHold:
-    id: int
-    kind: str
-    evidence: str
-    opened_by: str
-    opened_at: dt.datetime
-
-
 def live_identity() -> Identity:
     """What the server says the jobs database is."""
     with connections[jobs_settings.DATABASE].cursor() as cursor:
@@ -115,14 +105,6 @@ def look(witness: Seen | None, worker_id: str) -> Look:
         cursor.execute(_OPEN_HOLD)
         held = cursor.fetchone() is not None
     return Look(seen=Seen(live, generation), sign=sign, opened=opened, held=held)
-
-
-def open_hold() -> OpenHold | None:
-    """The hold open now, if one is."""
-    with connections[jobs_settings.DATABASE].cursor() as cursor:
-        cursor.execute(_OPEN_HOLD)
-        row = cursor.fetchone()
-    return None if row is None else OpenHold(*row)
 
 
 def declare(*, actor: str, reason: str) -> int:

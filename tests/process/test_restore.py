@@ -6,6 +6,7 @@ saw is held."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import subprocess
@@ -163,9 +164,10 @@ def test_a_point_in_time_recovery_holds_what_ran_after_the_restore_point(cluster
     assert cluster.scalar(COUNT.format("test.unsafe", "pending")) == 3
 
 
-def test_a_restart_and_a_failover_with_every_commit_hold_nothing(
-    cluster: ThrowawayCluster,
-) -> None:
+@contextlib.contextmanager
+def streaming_replica(cluster: ThrowawayCluster) -> Iterator[tuple[ThrowawayCluster, WorkerProcess]]:
+    """A standby of ``cluster`` streaming from it (a cluster of its own, on its own port), and
+    a worker on ``cluster`` that looks every 0.2 s; both gone at the end."""
     replica = ThrowawayCluster()
     owned(replica.dir)
     try:
@@ -174,58 +176,48 @@ def test_a_restart_and_a_failover_with_every_commit_hold_nothing(
             "-D", str(replica.data), "-X", "stream", "-R", "-c", "fast",
         )  # fmt: skip
         replica.start()
-        worker = WorkerProcess(env_of(cluster))  # runs across everything below, looking every 0.2 s
+        worker = WorkerProcess(env_of(cluster))
         try:
-            wait_for(lambda: cluster.scalar(GENERATION) > 3, what="the worker's looks")
-            cluster.stop("immediate")  # a crash and a restart: the same database
-            cluster.start()
-            time.sleep(1.5)
-            assert holds(cluster) == []
-
-            # A failover to the replica, which had every commit: once it streams again, the
-            # primary's clean stop sends it all.
-            streaming = "SELECT count(*) FROM pg_stat_replication WHERE state = 'streaming'"
-            wait_for(lambda: cluster.scalar(streaming) == 1, what="the replica to stream again")
-            cluster.stop("fast")
-            promote_at(replica, cluster.port)
-            wait_for(
-                lambda: cluster.scalar("SELECT (NOT pg_is_in_recovery())::int") == 1, what="the promotion"
-            )
-            # The worker waited out the standby (refused until promoted), and looks again.
-            before = cluster.scalar(GENERATION)
-            wait_for(lambda: cluster.scalar(GENERATION) > before + 3, timeout=30, what="the worker's looks")
-            assert worker.process.poll() is None, worker.output()
-            assert holds(cluster) == []
-            assert "restore detected" not in worker.output()
+            yield replica, worker
         finally:
             worker.stop()
     finally:
         replica.destroy()
+
+
+def test_a_restart_and_a_failover_with_every_commit_hold_nothing(cluster: ThrowawayCluster) -> None:
+    with streaming_replica(cluster) as (replica, worker):  # the worker runs across everything below
+        wait_for(lambda: cluster.scalar(GENERATION) > 3, what="the worker's looks")
+        cluster.stop("immediate")  # a crash and a restart: the same database
+        cluster.start()
+        time.sleep(1.5)
+        assert holds(cluster) == []
+
+        # A failover to the replica, which had every commit: once it streams again, the
+        # primary's clean stop sends it all.
+        streaming = "SELECT count(*) FROM pg_stat_replication WHERE state = 'streaming'"
+        wait_for(lambda: cluster.scalar(streaming) == 1, what="the replica to stream again")
+        cluster.stop("fast")
+        promote_at(replica, cluster.port)
+        wait_for(lambda: cluster.scalar("SELECT (NOT pg_is_in_recovery())::int") == 1, what="the promotion")
+        # The worker waited out the standby (refused until promoted), and looks again.
+        before = cluster.scalar(GENERATION)
+        wait_for(lambda: cluster.scalar(GENERATION) > before + 3, timeout=30, what="the worker's looks")
+        assert worker.process.poll() is None, worker.output()
+        assert holds(cluster) == []
+        assert "restore detected" not in worker.output()
 
 
 def test_a_failover_to_a_replica_that_lost_what_a_worker_saw_is_held(cluster: ThrowawayCluster) -> None:
-    replica = ThrowawayCluster()
-    owned(replica.dir)
-    try:
-        as_postgres(
-            str(cluster.bin / "pg_basebackup"), "-h", "127.0.0.1", "-p", str(cluster.port), "-U", "postgres",
-            "-D", str(replica.data), "-X", "stream", "-R", "-c", "fast",
-        )  # fmt: skip
-        replica.start()
-        worker = WorkerProcess(env_of(cluster))  # looks every 0.2 s
-        try:
-            wait_for(lambda: replica.scalar(GENERATION) > 3, what="the replica to follow the worker's looks")
-            replica.stop("fast")  # the replica falls behind: what the worker sees next, it never gets
-            seen = cluster.scalar(GENERATION)
-            wait_for(lambda: cluster.scalar(GENERATION) > seen + 5, what="more looks on the primary")
-            cluster.stop("immediate")
-            promote_at(replica, cluster.port)  # the lagging replica becomes the primary, same address
-            wait_for(lambda: holds(cluster) == [("went_back", True)], timeout=30, what="the hold")
-            wait_for(lambda: "restore detected (went_back)" in worker.output(), what="the worker's log line")
-        finally:
-            worker.stop()
-    finally:
-        replica.destroy()
+    with streaming_replica(cluster) as (replica, worker):
+        wait_for(lambda: replica.scalar(GENERATION) > 3, what="the replica to follow the worker's looks")
+        replica.stop("fast")  # the replica falls behind: what the worker sees next, it never gets
+        seen = cluster.scalar(GENERATION)
+        wait_for(lambda: cluster.scalar(GENERATION) > seen + 5, what="more looks on the primary")
+        cluster.stop("immediate")
+        promote_at(replica, cluster.port)  # the lagging replica becomes the primary, same address
+        wait_for(lambda: holds(cluster) == [("went_back", True)], timeout=30, what="the hold")
+        wait_for(lambda: "restore detected (went_back)" in worker.output(), what="the worker's log line")
 
 
 def promote_at(replica: ThrowawayCluster, port: int) -> None:
