@@ -51,6 +51,9 @@ class ErrorCode:
     CANCELLED = "CANCELLED"
     INTERRUPTED = "INTERRUPTED"
     RECONCILE_UNKNOWN = "RECONCILE_UNKNOWN"
+    #: Held by a restore hold and released: an execution after the restore point may have
+    #: done its effect, and the restored database cannot say (``manage.py jobsrestore``).
+    RESTORED = "RESTORED"
     SKIPPED = "SKIPPED"
     UNKNOWN = "UNKNOWN"
 
@@ -67,6 +70,9 @@ AMBIGUOUS_CODES = frozenset(
         ErrorCode.DATABASE_UNAVAILABLE,
     }
 )
+#: The next execution of a job carrying one of these asks its type's ``reconcile`` first: the
+#: ambiguous endings, and a job released from a restore hold.
+RECONCILE_FIRST = AMBIGUOUS_CODES | {ErrorCode.RESTORED}
 
 
 class JobError(Exception):

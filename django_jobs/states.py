@@ -11,7 +11,8 @@ Who moves a job in and out of each status (docs/lifecycle.md has the diagram):
 - ``completed``, ``skipped``, ``failed``, ``cancelled``: terminal for workers. Only an operator
   (manual retry) takes ``failed`` or ``cancelled`` back to ``pending``.
 - ``needs_review``: an execution that may have done its effect is parked here when a blind
-  retry of its type is unsafe (the reaper, or the outcome write); an operator resolves or
+  retry of its type is unsafe (the reaper, or the outcome write), and so is a pending job of a
+  type that cannot reconcile when a restore hold is released; an operator resolves or
   retries it. It keeps its unique key meanwhile.
 """
 
@@ -41,7 +42,8 @@ KEY_HOLDING_STATUSES: frozenset[str] = ACTIVE_STATUSES | {JobStatus.NEEDS_REVIEW
 
 #: The arrows of the state machine: source → the statuses it may move to.
 TRANSITIONS: dict[str, frozenset[str]] = {
-    JobStatus.PENDING: frozenset({JobStatus.RUNNING, JobStatus.CANCELLED}),
+    # → needs_review: released from a restore hold, of a type that cannot reconcile.
+    JobStatus.PENDING: frozenset({JobStatus.RUNNING, JobStatus.CANCELLED, JobStatus.NEEDS_REVIEW}),
     JobStatus.RUNNING: frozenset(
         {
             JobStatus.COMPLETED,
@@ -79,3 +81,6 @@ class EventKind(models.TextChoices):
     CANCEL_REQUESTED = "cancel_requested", "Cancellation requested"
     RESOLVED = "resolved", "Resolved by an operator"
     RECONCILED = "reconciled", "Reconciled: the effect had already happened"
+    #: Released from a restore hold: its next execution reconciles first, or, if it is running
+    #: and its execution is lost, it is reconciled or parked instead of retried.
+    RESTORE_RELEASED = "restore_released", "Released from a restore hold"

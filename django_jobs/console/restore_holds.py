@@ -1,5 +1,6 @@
 """What operators do about a restored database, checked first: declare a restore the workers
-cannot see, release a hold, and read where things stand (``manage.py jobsrestore``).
+cannot see, release a hold (settling the jobs it kept), and read where things stand
+(``manage.py jobsrestore``).
 
 Each action is recorded with who and why (``RestoreHold``); nothing is half done: a refused
 action writes nothing.
@@ -33,6 +34,12 @@ class RestoreStatus:
     waiting: dict[tuple[str, str], int]
 
 
+@dataclass(frozen=True)
+class Released:
+    hold_id: int
+    settled: restore.Settled
+
+
 def outside_types() -> list[str]:
     """The registered job types whose effects may be outside the database."""
     return sorted(job_type.name for job_type in registry.all() if job_type.acts_outside)
@@ -64,15 +71,23 @@ def declare(*, actor: str, reason: str) -> int:
     return restore.declare(actor=actor, reason=reason)
 
 
-def release(*, actor: str, reason: str, hold_id: int | None = None) -> int:
-    """Release the open restore hold (``hold_id``, if given, must be it): jobs of external types
-    run again. Returns its id. Raises ``ValueError`` for a missing actor or reason,
-    ``ActionRefused`` when no hold is open or ``hold_id`` is not the open one."""
+def release(*, actor: str, reason: str, hold_id: int | None = None) -> Released:
+    """Release the open restore hold (``hold_id``, if given, must be it) and settle the jobs it
+    kept: of the external types, those that can ``reconcile`` ask the provider before they run
+    again, the others are parked in ``needs_review``. Raises ``ValueError`` for a missing actor
+    or reason, ``ActionRefused`` when no hold is open or ``hold_id`` is not the open one."""
     check_actor_and_reason(actor, reason)
     hold = open_hold(jobs_settings.DATABASE)
     if hold is None:
         raise ActionRefused("no restore hold is open")
     if hold_id is not None and hold_id != hold.id:
         raise ActionRefused(f"restore hold {hold_id} is not the open one (hold {hold.id} is)")
-    restore.release(hold.id, actor=actor, reason=reason)
-    return hold.id
+    outside = [job_type for job_type in registry.all() if job_type.acts_outside]
+    settled = restore.release(
+        hold.id,
+        actor=actor,
+        reason=reason,
+        reconcilable=[t.name for t in outside if t.reconcile is not None],
+        hookless=[t.name for t in outside if t.reconcile is None],
+    )
+    return Released(hold.id, settled)

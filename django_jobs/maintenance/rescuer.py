@@ -48,7 +48,7 @@ from django_jobs import logs, signals, transitions
 from django_jobs.backoff import Random
 from django_jobs.conf import jobs_settings
 from django_jobs.decision import Happened, Situation, decide
-from django_jobs.errors import AMBIGUOUS_CODES, ErrorCode
+from django_jobs.errors import RECONCILE_FIRST, ErrorCode
 from django_jobs.maintenance.service import BATCH
 from django_jobs.models import Job
 from django_jobs.registry import retry_policy
@@ -123,12 +123,15 @@ def _lost_code(expired: Expired) -> str:
     """The error code a lost execution leaves: ambiguous (``LEASE_LOST``: the next execution
     of a type with ``reconcile`` asks first) unless nothing it could have done is in doubt."""
     if not expired.started:
+        # It never began: the doubt of the ending before it, if there was one, is still there.
+        if expired.last_error_code in RECONCILE_FIRST:
+            return expired.last_error_code
         return ErrorCode.LOST_UNSTARTED
     # No mark: the provider never saw this execution. Unless the previous ending was ambiguous
     # itself, and this execution may have been lost while reconciling it: the doubt is still
     # there, and the next execution must reconcile again.
     unmarked = expired.on_lost_in_call is not None and expired.marked_call is None
-    if unmarked and expired.last_error_code not in AMBIGUOUS_CODES:
+    if unmarked and expired.last_error_code not in RECONCILE_FIRST:
         return ErrorCode.LOST_BEFORE_CALL
     return ErrorCode.LEASE_LOST
 

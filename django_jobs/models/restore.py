@@ -57,6 +57,9 @@ class RestoreHold(models.Model):
     released_at = models.DateTimeField(null=True, blank=True)
     released_by = models.CharField(max_length=150, null=True, blank=True)
     release_reason = models.TextField(null=True, blank=True)
+    #: What the release did with the jobs the hold kept: how many reconcile first
+    #: (``to_reconcile``), were parked (``to_review``), or were left to a running execution.
+    settled = models.JSONField(null=True, blank=True)
 
     class Meta:
         ordering = ("-id",)

@@ -28,7 +28,7 @@ from typing import Any
 
 from django_jobs import logs
 from django_jobs.decision import Happened, happened_for
-from django_jobs.errors import AMBIGUOUS_CODES, DATABASE_UNAVAILABLE, ErrorCode, PermanentError
+from django_jobs.errors import DATABASE_UNAVAILABLE, RECONCILE_FIRST, ErrorCode, PermanentError
 from django_jobs.registry import JobType, Reconciliation, registry
 from django_jobs.results import encode_result
 from django_jobs.runtime import handler_connections, payloads
@@ -39,6 +39,11 @@ from django_jobs.sanitize import describe
 from django_jobs.transitions import Claim
 
 logger = logging.getLogger("django_jobs.executor")
+
+_UNKNOWN_AFTER_RESTORE = (
+    "restored from backup: reconcile could not tell whether an execution after the restore point "
+    "did the side effect"
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,7 +78,8 @@ def execute(
 
     ``lease`` is shared with the worker's heartbeat: through it the handler learns of a lost
     lease, a cancellation request or its deadline. When the previous attempt may have done its
-    side effect (``AMBIGUOUS_CODES``) and the type can ``reconcile``, it is asked first.
+    side effect (``RECONCILE_FIRST``: an ambiguous ending, or a restore) and the type can
+    ``reconcile``, it is asked first.
     ``on_start`` is called just before the handler, once its connection is known to work.
     """
     if not handler_connections.jobs_connection_open():
@@ -207,7 +213,7 @@ def _reconcile(
     worker_id: str | None,
 ) -> Finished | None:
     """Ask the type whether an ambiguous previous attempt did its effect; None: run the handler."""
-    if job_type.reconcile is None or claim.last_error_code not in AMBIGUOUS_CODES:
+    if job_type.reconcile is None or claim.last_error_code not in RECONCILE_FIRST:
         return None
     answer = call(job_type.reconcile, ctx, payload)
     if not isinstance(answer, Reconciliation):
@@ -225,7 +231,9 @@ def _reconcile(
             claim,
             Happened.RECONCILED_UNKNOWN,
             ErrorCode.RECONCILE_UNKNOWN,
-            "could not tell whether the side effect of the interrupted attempt happened "
+            _UNKNOWN_AFTER_RESTORE
+            if claim.last_error_code == ErrorCode.RESTORED
+            else "could not tell whether the side effect of the interrupted attempt happened "
             f"(previous error {claim.last_error_code})",
             details=details,
             ran_for=ran_for,

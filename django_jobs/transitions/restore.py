@@ -1,10 +1,13 @@
 """The writes of restore safety: a worker's look at the database's identity (recorded, compared,
-a hold opened on a restore's sign), and what operators do to holds (declare one, release it),
-each with its actor and reason. The comparison itself is ``django_jobs.restoring.judge``.
+a hold opened on a restore's sign), and what operators do to holds (declare one, release it and
+settle the jobs it kept), each with its actor and reason. The comparison itself is
+``django_jobs.restoring.judge``.
 """
 
 from __future__ import annotations
 
+import json
+from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any
 
@@ -44,10 +47,86 @@ ON CONFLICT DO NOTHING RETURNING id
 _OPEN_HOLD = (
     "SELECT id, kind, evidence, opened_by, opened_at FROM django_jobs_restorehold WHERE released_at IS NULL"
 )
+_LOCK_OPEN = "SELECT opened_at FROM django_jobs_restorehold WHERE id = %s AND released_at IS NULL FOR UPDATE"
 _RELEASE = """
-UPDATE django_jobs_restorehold SET released_at = now(), released_by = %(actor)s, release_reason = %(reason)s
-WHERE id = %(id)s AND released_at IS NULL RETURNING id
+UPDATE django_jobs_restorehold SET released_at = now(), released_by = %(actor)s,
+    release_reason = %(reason)s, settled = %(settled)s
+WHERE id = %(id)s
 """
+# The jobs a hold kept are those of external types enqueued before it opened and not ended: any
+# of them may have run after the restore point, its end lost with the rest of the database.
+#
+# A pending one is settled now: it asks its type's reconcile before it runs again (the mark is
+# its error code, RESTORED), or is parked for review when its type cannot ask. FOR UPDATE: a
+# claim that took one meanwhile is waited for, and the job is then left to that execution.
+_SETTLE_PENDING = """
+WITH held AS (
+    SELECT id, attempts, last_error_code, type = ANY(%(reconcilable)s) AS reconciles
+    FROM django_jobs_job
+    WHERE type = ANY(%(types)s) AND status = 'pending' AND created_at < %(opened_at)s
+    FOR UPDATE
+), moved AS (
+    UPDATE django_jobs_job j SET
+        status = CASE WHEN h.reconciles THEN 'pending' ELSE 'needs_review' END,
+        last_error_code = 'RESTORED',
+        last_error = CASE WHEN h.reconciles THEN %(to_reconcile)s ELSE %(to_review)s END
+    FROM held h WHERE j.id = h.id AND j.status = 'pending'
+    RETURNING j.id, j.status, j.last_error, h.attempts, h.last_error_code
+), events AS (
+    INSERT INTO django_jobs_jobevent
+        (job_id, kind, from_status, to_status, attempt, error_code, error, actor, reason, details)
+    SELECT id, CASE WHEN status = 'pending' THEN 'restore_released' ELSE 'needs_review' END,
+           'pending', status, attempts, 'RESTORED', last_error, %(actor)s, %(event_reason)s,
+           jsonb_build_object('restore_hold', %(hold)s, 'previous_error_code', last_error_code)
+    FROM moved
+)
+SELECT count(*) FILTER (WHERE status = 'pending'), count(*) FILTER (WHERE status = 'needs_review')
+FROM moved
+"""
+# A running one keeps its execution: a worker may be running it now, and its outcome stands.
+# But if that execution is lost, its type's policy for a lost execution gives way: it is
+# reconciled or parked, never retried blindly (the marks of the external calls it made after
+# the restore point are gone with the rest, so they cannot vouch for it).
+_SETTLE_RUNNING = """
+WITH moved AS (
+    UPDATE django_jobs_job SET
+        on_lost = CASE WHEN type = ANY(%(reconcilable)s) THEN 'reconcile' ELSE 'needs_review' END,
+        on_lost_in_call = NULL
+    WHERE type = ANY(%(types)s) AND status = 'running' AND created_at < %(opened_at)s
+    RETURNING id, execution_id, worker_id, attempts, on_lost
+), events AS (
+    INSERT INTO django_jobs_jobevent
+        (job_id, kind, from_status, to_status, execution_id, worker_id, attempt, actor, reason, details)
+    SELECT id, 'restore_released', 'running', 'running', execution_id, worker_id, attempts,
+           %(actor)s, %(event_reason)s,
+           jsonb_build_object('restore_hold', %(hold)s, 'if_lost', on_lost)
+    FROM moved
+)
+SELECT count(*) FROM moved
+"""
+_TO_RECONCILE = (
+    "restored from backup: an execution after the restore point may have done its effect; "
+    "reconcile asks the provider before the job runs again"
+)
+_TO_REVIEW = (
+    "restored from backup: an execution after the restore point may have done its effect, and "
+    "this type cannot reconcile; check with the provider, then resolve or retry the job"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Settled:
+    """What releasing a hold did with the jobs it kept."""
+
+    #: Pending jobs whose next execution asks their type's ``reconcile`` first.
+    to_reconcile: int
+    #: Pending jobs of types that cannot reconcile, parked in ``needs_review``.
+    to_review: int
+    #: Running jobs left to their execution, reconciled or parked if it is lost.
+    running: int
+
+    def as_json(self) -> dict[str, int]:
+        return {"to_reconcile": self.to_reconcile, "to_review": self.to_review, "running": self.running}
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,9 +196,33 @@ def declare(*, actor: str, reason: str) -> int:
     return int(row[0])
 
 
-def release(hold_id: int, *, actor: str, reason: str) -> None:
-    """Release the open hold ``hold_id``. Raises ``ActionRefused`` if it is not open."""
-    with connections[jobs_settings.DATABASE].cursor() as cursor:
-        cursor.execute(_RELEASE, {"id": hold_id, "actor": actor, "reason": reason})
-        if cursor.fetchone() is None:
+def release(
+    hold_id: int, *, actor: str, reason: str, reconcilable: Collection[str], hookless: Collection[str]
+) -> Settled:
+    """Release the open hold ``hold_id`` and settle the jobs it kept, in one transaction: those
+    of ``reconcilable`` types reconcile first, those of ``hookless`` types are parked (see
+    ``_SETTLE_PENDING`` and ``_SETTLE_RUNNING``). Raises ``ActionRefused`` if it is not open."""
+    alias = jobs_settings.DATABASE
+    with transaction.atomic(using=alias), connections[alias].cursor() as cursor:
+        cursor.execute(_LOCK_OPEN, [hold_id])
+        row = cursor.fetchone()
+        if row is None:
             raise ActionRefused(f"restore hold {hold_id} is not open")
+        params = {
+            "hold": hold_id,
+            "opened_at": row[0],
+            "types": sorted({*reconcilable, *hookless}),
+            "reconcilable": sorted(reconcilable),
+            "actor": actor,
+            "event_reason": f"restored from backup (restore hold {hold_id}): {reason}",
+            "to_reconcile": _TO_RECONCILE,
+            "to_review": _TO_REVIEW,
+        }
+        cursor.execute(_SETTLE_PENDING, params)
+        to_reconcile, to_review = cursor.fetchone()
+        cursor.execute(_SETTLE_RUNNING, params)
+        (running,) = cursor.fetchone()
+        settled = Settled(to_reconcile=to_reconcile, to_review=to_review, running=running)
+        summary = json.dumps(settled.as_json())
+        cursor.execute(_RELEASE, {"id": hold_id, "actor": actor, "reason": reason, "settled": summary})
+    return settled

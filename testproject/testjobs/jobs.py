@@ -498,3 +498,44 @@ def ticked(ctx: JobContext, payload: dict[str, Any]) -> None:
     """Fired by the schedules of the scheduling tests; the tick rows and jobs are the record."""
     if payload.get("sleep"):
         time.sleep(float(payload["sleep"]))
+
+
+# ---- a provider outside the database, for the restore tests -----------------------------------
+# Its record is a file named in the payload: one line per call, the call's idempotency key. A
+# restore of the database cannot take a line back, as it cannot take back a charge.
+
+
+def _provider_record(payload: dict[str, Any]) -> list[str]:
+    try:
+        with open(payload["record"], encoding="utf-8") as record:
+            return record.read().splitlines()
+    except FileNotFoundError:
+        return []
+
+
+def _provider_call(ctx: JobContext, payload: dict[str, Any]) -> None:
+    with open(payload["record"], "a", encoding="utf-8") as record:
+        record.write(ctx.idempotency_key(anchor=payload["operation"]) + "\n")
+        record.flush()
+        os.fsync(record.fileno())
+
+
+def _provider_knows(ctx: JobContext, payload: dict[str, Any]) -> Reconciliation:
+    key = ctx.idempotency_key(anchor=payload["operation"])
+    try:
+        known = _provider_record(payload)
+    except OSError:  # the provider cannot answer
+        return Reconciliation.UNKNOWN
+    return Reconciliation.DONE if key in known else Reconciliation.NOT_DONE
+
+
+@job("test.provider_charge", backoff=FAST, reconcile=_provider_knows)
+def provider_charge(ctx: JobContext, payload: dict[str, Any]) -> None:
+    """A charge at a provider that can say, by idempotency key, whether it happened."""
+    _provider_call(ctx, payload)
+
+
+@job("test.provider_notice", backoff=FAST, external=True)
+def provider_notice(ctx: JobContext, payload: dict[str, Any]) -> None:
+    """A message sent through a provider that keeps no record to ask: no reconcile."""
+    _provider_call(ctx, payload)

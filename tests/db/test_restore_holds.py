@@ -5,16 +5,21 @@ do from Python and from `manage.py jobsrestore`, bad input included."""
 from __future__ import annotations
 
 import logging
+import uuid
+from datetime import timedelta
 from io import StringIO
+from pathlib import Path
 
 import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError
 from django.db import connection
+from django.db.models.functions import Now
 
 from django_jobs.console import restore_holds
 from django_jobs.decision import Happened
-from django_jobs.models import DatabaseIdentity, Job, RestoreHold
+from django_jobs.maintenance.rescuer import recover
+from django_jobs.models import DatabaseIdentity, Job, JobEvent, RestoreHold
 from django_jobs.restoring import Seen
 from django_jobs.runtime.worker import Worker
 from django_jobs.states import JobStatus
@@ -100,9 +105,12 @@ def test_a_worker_under_a_hold_runs_only_the_jobs_whose_effects_stay_in_the_data
     assert Job.objects.get(id=inside.id).status == JobStatus.COMPLETED
     waiting = Job.objects.get(id=outside.id)
     assert (waiting.status, waiting.attempts) == (JobStatus.PENDING, 0)
+    later = JobFactory(type="test.unsafe", payload={})  # enqueued under the hold: not suspect
     restore_holds.release(actor="ops", reason="checked the provider: nothing sent after the restore point")
     run_worker()
-    assert Job.objects.get(id=outside.id).status == JobStatus.COMPLETED
+    # Its type cannot reconcile: parked for a human, who checks the provider and resolves it.
+    assert Job.objects.get(id=outside.id).status == JobStatus.NEEDS_REVIEW
+    assert Job.objects.get(id=later.id).status == JobStatus.COMPLETED
 
 
 def test_a_job_claimed_before_the_hold_opened_is_given_back_unstarted() -> None:
@@ -134,12 +142,110 @@ def test_declare_and_release_are_recorded_with_who_and_why() -> None:
         restore_holds.declare(actor="ops", reason="again")
     with pytest.raises(ActionRefused, match="not the open one"):
         restore_holds.release(actor="ops", reason="done", hold_id=hold_id + 1)
-    assert restore_holds.release(actor="lead", reason="providers checked", hold_id=hold_id) == hold_id
+    released = restore_holds.release(actor="lead", reason="providers checked", hold_id=hold_id)
+    assert released.hold_id == hold_id
     hold.refresh_from_db()
     assert (hold.released_by, hold.release_reason) == ("lead", "providers checked") and hold.released_at
+    assert hold.settled == {"to_reconcile": 0, "to_review": 0, "running": 0}
     with pytest.raises(ActionRefused, match="no restore hold is open"):
         restore_holds.release(actor="lead", reason="twice")
     assert RestoreHold.objects.count() == 1
+
+
+def open_hold_after(*jobs: Job) -> int:
+    """Open a hold with ``jobs`` (and whatever else) enqueued before it."""
+    Job.objects.filter(id__in=[j.id for j in jobs]).update(created_at=Now() - timedelta(minutes=5))
+    return restore_holds.declare(actor="ops", reason="restored last night's backup")
+
+
+def test_release_settles_the_jobs_the_hold_kept_and_nothing_else(tmp_path: Path) -> None:
+    record = str(tmp_path / "provider")
+    charge = JobFactory(type="test.provider_charge", payload={"record": record, "operation": "c1"})
+    notice = JobFactory(type="test.provider_notice", payload={"record": record, "operation": "n1"})
+    running = JobFactory(
+        type="test.provider_notice", running=True, payload={"record": record, "operation": "n2"}
+    )
+    running_charge = JobFactory(
+        type="test.marked_reconciled", running=True, on_lost="retry", payload={}
+    )  # its marks vouch for nothing after a restore
+    inside = JobFactory(type="test.noop")
+    done = JobFactory(type="test.provider_charge", status=JobStatus.COMPLETED, payload={})
+    hold_id = open_hold_after(charge, notice, running, running_charge, inside, done)
+    later = JobFactory(type="test.provider_charge", payload={"record": record, "operation": "c2"})
+
+    released = restore_holds.release(actor="lead", reason="providers checked at 09:00")
+
+    assert released.settled == restore.Settled(to_reconcile=1, to_review=1, running=2)
+    assert RestoreHold.objects.get(id=hold_id).settled == {"to_reconcile": 1, "to_review": 1, "running": 2}
+    rows = {j.id: j for j in Job.objects.all()}
+    assert (rows[charge.id].status, rows[charge.id].last_error_code) == ("pending", "RESTORED")
+    assert (rows[notice.id].status, rows[notice.id].last_error_code) == ("needs_review", "RESTORED")
+    assert "restored from backup" in rows[notice.id].last_error
+    assert (rows[running.id].status, rows[running.id].on_lost) == ("running", "needs_review")
+    assert (rows[running_charge.id].on_lost, rows[running_charge.id].on_lost_in_call) == ("reconcile", None)
+    for untouched in (inside, done, later):
+        assert rows[untouched.id].last_error_code is None and rows[untouched.id].status == untouched.status
+    events = {e.job_id: e for e in JobEvent.objects.all()}
+    assert set(events) == {charge.id, notice.id, running.id, running_charge.id}
+    parked = events[notice.id]
+    assert (parked.kind, parked.from_status, parked.to_status, parked.actor) == (
+        "needs_review", "pending", "needs_review", "lead",
+    )  # fmt: skip
+    assert parked.reason == f"restored from backup (restore hold {hold_id}): providers checked at 09:00"
+    assert (
+        events[charge.id].kind == "restore_released" and events[charge.id].details["restore_hold"] == hold_id
+    )
+    assert events[running.id].details["if_lost"] == "needs_review"
+
+
+def test_after_release_only_what_the_provider_does_not_know_runs_again(tmp_path: Path) -> None:
+    record = tmp_path / "provider"
+    record.write_text("test.provider_charge:done-before\n")  # its effect happened after the backup
+    happened = JobFactory(
+        type="test.provider_charge", payload={"record": str(record), "operation": "done-before"}
+    )
+    not_yet = JobFactory(
+        type="test.provider_charge", payload={"record": str(record), "operation": "never-ran"}
+    )
+    open_hold_after(happened, not_yet)
+    restore_holds.release(actor="lead", reason="reconcile them")
+    run_worker()
+    assert Job.objects.get(id=happened.id).status == JobStatus.COMPLETED
+    assert JobEvent.objects.filter(job_id=happened.id, kind="reconciled").exists()
+    assert Job.objects.get(id=not_yet.id).status == JobStatus.COMPLETED
+    assert not JobEvent.objects.filter(job_id=not_yet.id, kind="reconciled").exists()
+    # Each effect once: the reconciled job was not called again, the other once.
+    assert sorted(record.read_text().splitlines()) == [
+        "test.provider_charge:done-before",
+        "test.provider_charge:never-ran",
+    ]
+
+
+def test_a_reconcile_that_cannot_tell_parks_the_job_saying_it_was_restored(tmp_path: Path) -> None:
+    unreadable = str(tmp_path)  # a directory: the provider cannot answer
+    job = JobFactory(type="test.provider_charge", payload={"record": unreadable, "operation": "o"})
+    open_hold_after(job)
+    restore_holds.release(actor="lead", reason="reconcile them")
+    run_worker()
+    parked = Job.objects.get(id=job.id)
+    assert (parked.status, parked.last_error_code) == (JobStatus.NEEDS_REVIEW, "RECONCILE_UNKNOWN")
+    assert parked.last_error.startswith("restored from backup")
+
+
+def test_a_released_job_lost_before_it_started_still_reconciles_first() -> None:
+    job = JobFactory(type="test.provider_charge", payload={})
+    open_hold_after(job)
+    restore_holds.release(actor="lead", reason="reconcile them")
+    # A worker claims it and dies before starting it: the doubt is not forgotten.
+    Job.objects.filter(id=job.id).update(
+        status="running",
+        execution_id=uuid.uuid4(),
+        worker_id="gone",
+        heartbeat_at=Now() - timedelta(seconds=61),
+        lease_expires_at=Now() - timedelta(seconds=1),
+    )
+    recover()
+    assert Job.objects.get(id=job.id).last_error_code == "RESTORED"
 
 
 @pytest.mark.parametrize(

@@ -23,7 +23,7 @@ class Command(BaseCommand):
         verbs.add_parser("status", help="The default: the identity, the open hold, what it holds.")
         for verb, what in (
             ("declare", "Open a hold for a restore the workers cannot see."),
-            ("release", "Release the open hold: jobs of external types run again."),
+            ("release", "Release the open hold: the jobs it kept reconcile first, or are parked."),
         ):
             sub = verbs.add_parser(verb, help=what)
             sub.add_argument("--reason", required=True, help="Why: kept with the hold.")
@@ -49,8 +49,16 @@ class Command(BaseCommand):
                 hold = restore_holds.declare(actor=actor, reason=options["reason"])
                 self.stdout.write(f"restore hold {hold} declared: jobs of external types wait")
             else:
-                hold = restore_holds.release(actor=actor, reason=options["reason"], hold_id=options["hold"])
-                self.stdout.write(f"restore hold {hold} released: jobs of external types run again")
+                released = restore_holds.release(
+                    actor=actor, reason=options["reason"], hold_id=options["hold"]
+                )
+                settled = released.settled
+                self.stdout.write(
+                    f"restore hold {released.hold_id} released: jobs of external types run again. Of the "
+                    f"jobs it kept, {settled.to_reconcile} ask their provider before they run again "
+                    f"(reconcile), {settled.to_review} were parked for review (their types cannot "
+                    f"reconcile), {settled.running} running are reconciled or parked if lost"
+                )
         except (ValueError, transitions.ActionRefused) as exc:
             raise CommandError(str(exc)) from exc
 
