@@ -19,7 +19,10 @@ intervals they watch):
 - the database has been unreachable for ``LIVENESS_OUTAGE_LIMIT`` seconds.
 
 *Ready* is false before start-up is done (the threads started and the database answered
-once), while the database is unreachable, and from the start of a shutdown.
+once), while the database is unreachable, and from the start of a shutdown. A worker held by a
+restore hold (it starts no job of an external type, see docs/operations.md) stays ready: it
+still runs the other jobs, and a rollout, of a reconcile hook say, must not wait for the hold.
+Its readiness says so in a note instead.
 
 Reporting costs the reporting thread an attribute write; the verdict is computed only when
 asked (a probe, or the health file's turn, at most once a second).
@@ -34,15 +37,22 @@ from dataclasses import dataclass
 from django_jobs.conf import jobs_settings
 
 
+#: The note of a ready worker held by a restore hold.
+HELD = "held: a restore hold is open, jobs of external types wait (manage.py jobsrestore)"
+
+
 @dataclass(frozen=True)
 class Verdict:
     """A probe's answer: ok, or the reasons it is not."""
 
     ok: bool
     reasons: tuple[str, ...] = ()
+    #: What an operator should know that does not make the answer no.
+    notes: tuple[str, ...] = ()
 
     def text(self) -> str:
-        return "ok\n" if self.ok else "".join(f"{reason}\n" for reason in self.reasons)
+        lines = ("ok",) if self.ok else self.reasons
+        return "".join(f"{line}\n" for line in (*lines, *self.notes))
 
 
 @dataclass(frozen=True)
@@ -67,7 +77,8 @@ class Liveness:
 
     ``stuck(past)`` returns how many executions are stuck (see the module's doc), ``slots``
     how many the worker has; ``heartbeat()`` returns the monotonic time of the heartbeat's
-    last turn, or None when its thread is dead. Any of them may be left out (not watched).
+    last turn, or None when its thread is dead; ``restore_held()`` whether a restore hold
+    keeps jobs of this worker's types waiting. Any of them may be left out (not watched).
     """
 
     def __init__(
@@ -77,12 +88,14 @@ class Liveness:
         slots: int = 1,
         stuck: Callable[[float], int] | None = None,
         heartbeat: Callable[[], float | None] | None = None,
+        restore_held: Callable[[], bool] | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.limits = limits or Limits.from_settings()
         self.slots = slots
         self._stuck = stuck
         self._heartbeat = heartbeat
+        self._restore_held = restore_held
         self._clock = clock
         self._loop_at: float | None = None  # the claim loop's last turn; None before the first
         self._lost_at: float | None = None  # since when the database is unreachable
@@ -144,4 +157,9 @@ class Liveness:
             reasons.append("shutting down")
         if self._lost_at is not None:
             reasons.append(f"the database is unreachable (for {self._clock() - self._lost_at:.0f}s)")
-        return Verdict(not reasons, tuple(reasons))
+        notes = (HELD,) if self.restore_held() else ()
+        return Verdict(not reasons, tuple(reasons), notes)
+
+    def restore_held(self) -> bool:
+        """Whether a restore hold keeps jobs of this worker's external types waiting."""
+        return self._restore_held is not None and self._restore_held()

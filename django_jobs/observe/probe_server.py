@@ -93,6 +93,10 @@ class _Handler(BaseHTTPRequestHandler):
             "# HELP django_jobs_worker_ready 1 while this worker can take work (/readyz).\n"
             "# TYPE django_jobs_worker_ready gauge\n"
             f"django_jobs_worker_ready {int(liveness.ready().ok)}\n"
+            "# HELP django_jobs_worker_restore_held 1 while a restore hold keeps this worker's jobs of "
+            "external types waiting.\n"
+            "# TYPE django_jobs_worker_restore_held gauge\n"
+            f"django_jobs_worker_restore_held {int(liveness.restore_held())}\n"
         )
         self._send(200, own + health.encode(), CONTENT_TYPE_LATEST)
 

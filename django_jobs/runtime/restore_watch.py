@@ -28,6 +28,10 @@ class RestoreWatch:
         #: Whether a restore hold is open, as the last look found (True before the first look).
         self.held = True
 
+    def holding(self) -> bool:
+        """Whether the open hold keeps some of this worker's types waiting (the probes')."""
+        return self.held and bool(self.outside)
+
     def holds(self, job_type: str) -> bool:
         """Whether a job of ``job_type`` must wait now."""
         return self.held and job_type in self.outside

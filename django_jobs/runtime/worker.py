@@ -182,7 +182,10 @@ class Worker:
         )
         #: What the probes ask: is this worker alive and useful, can it take work.
         self.liveness = Liveness(
-            slots=concurrency, stuck=self._pool.stuck, heartbeat=self._heartbeat.turned_at
+            slots=concurrency,
+            stuck=self._pool.stuck,
+            heartbeat=self._heartbeat.turned_at,
+            restore_held=self._restore_watch.holding,
         )
         self._heartbeat.on_database = self._database_seen
         self._health_file = health_file

@@ -16,7 +16,9 @@ import pytest
 
 from django_jobs import enqueue
 from django_jobs.conf import DEFAULTS
+from django_jobs.console import restore_holds
 from django_jobs.models import Job
+from django_jobs.observe.liveness import HELD
 from django_jobs.states import JobStatus
 from testproject.testjobs.models import BusinessRow
 from tests.process.probes import get, metrics_port, scrape
@@ -71,6 +73,20 @@ def test_a_scrape_after_a_mixed_workload_counts_each_outcome_by_type_and_code(
     assert get(port, "/healthz") == (200, "ok\n")
     assert get(port, "/readyz") == (200, "ok\n")
     assert get(port, "/nope")[0] == 404
+
+
+def test_a_worker_held_by_a_restore_hold_stays_ready_and_says_so(start_worker: StartWorker) -> None:
+    held = enqueue("test.unsafe", {})  # its type acts outside the database
+    hold = restore_holds.declare(actor="ops", reason="restored last night's backup")
+    worker = start_worker("--metrics-port", "0")
+    port = metrics_port(worker)
+    wait_for(lambda: get(port, "/readyz") == (200, f"ok\n{HELD}\n"), what="the worker to be ready, held")
+    assert scrape(port)[("django_jobs_worker_restore_held", ())] == 1
+    assert Job.objects.get(id=held.id).status == JobStatus.PENDING
+    restore_holds.release(actor="ops", reason="checked", hold_id=hold)
+    # At its next heartbeat report the worker sees the release.
+    wait_for(lambda: get(port, "/readyz") == (200, "ok\n"), timeout=30, what="the hold to be released")
+    assert scrape(port)[("django_jobs_worker_restore_held", ())] == 0
 
 
 TOKEN = "worker-port-token-5b8e2d17c4"

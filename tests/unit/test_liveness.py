@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from django_jobs.observe.liveness import Limits, Liveness
+from django_jobs.observe.liveness import HELD, Limits, Liveness
 
 LIMITS = Limits(stall=30.0, outage=60.0, stuck=5.0)
 
@@ -104,3 +104,16 @@ def test_several_reasons_are_all_given() -> None:
     clock = Clock()
     liveness = a_worker(clock, slots=1, stuck=lambda past: 1, heartbeat=lambda: None)
     assert len(liveness.live().reasons) == 2
+
+
+def test_a_worker_held_by_a_restore_hold_stays_ready_and_says_so() -> None:
+    held = [True]
+    liveness = a_worker(Clock(), restore_held=lambda: held[0])
+    verdict = liveness.ready()
+    assert verdict.ok and liveness.restore_held()
+    assert verdict.text() == f"ok\n{HELD}\n"
+    held[0] = False
+    assert liveness.ready().text() == "ok\n" and not liveness.restore_held()
+    liveness.stopping()
+    held[0] = True
+    assert liveness.ready().text() == f"shutting down\n{HELD}\n"
