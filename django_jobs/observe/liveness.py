@@ -36,7 +36,6 @@ from dataclasses import dataclass
 
 from django_jobs.conf import jobs_settings
 
-
 #: The note of a ready worker held by a restore hold.
 HELD = "held: a restore hold is open, jobs of external types wait (manage.py jobsrestore)"
 
