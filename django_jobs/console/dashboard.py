@@ -12,7 +12,8 @@ from django.utils.html import escape
 from django.utils.safestring import SafeString, mark_safe
 
 from django_jobs.conf import jobs_settings
-from django_jobs.models import LiveWorker
+from django_jobs.models import LiveWorker, RestoreHold
+from django_jobs.models.restore import open_hold
 from django_jobs.observe import horizon
 from django_jobs.reads import dashboard as reads
 from django_jobs.reads.clock import database_now
@@ -37,6 +38,8 @@ class Dashboard:
     generated_at: dt.datetime
     #: What holds the vacuum horizon back, as checkjobs names it: holder, remedy.
     horizon: list[dict[str, Any]] = field(default_factory=list)
+    #: The open restore hold, if one is: the jobs of external types wait for an operator.
+    restore_hold: RestoreHold | None = None
     charts: dict[str, SafeString] = field(default_factory=dict)
 
     @property
@@ -106,6 +109,7 @@ def build() -> Dashboard:
         retention=retention,
         generated_at=now,
         horizon=[{"holder": h, "remedy": horizon.remedy(h)} for h in horizon.held_horizon()],
+        restore_hold=open_hold(jobs_settings.DATABASE),
     )
     board.charts = {
         "throughput": throughput_chart(recent.throughput, now),

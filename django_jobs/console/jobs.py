@@ -38,6 +38,7 @@ from django_jobs.console.listing import (
     FailedWithCodeFilter,
     JobChangeList,
     QueueFilter,
+    RestoreFilter,
     StatusFilter,
     TypeFilter,
     text_parameter,
@@ -76,6 +77,7 @@ class JobAdmin(JobActionPages, QueuePages):
         TypeFilter,
         FailedWithCodeFilter,
         ErrorCodeFilter,
+        RestoreFilter,
     )
     # Sorting by another column would sort the whole (filtered) table for every page.
     sortable_by = ("id",)

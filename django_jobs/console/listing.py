@@ -16,8 +16,12 @@ from django.db.models import QuerySet
 from django.http import HttpRequest
 from django.utils.functional import cached_property
 
+from django_jobs.conf import jobs_settings
+from django_jobs.errors import ErrorCode
 from django_jobs.models import Job
+from django_jobs.models.restore import open_hold
 from django_jobs.reads.estimates import estimated_rows
+from django_jobs.registry import registry
 from django_jobs.states import JobStatus
 
 #: Above this many rows (by the planner's estimate) the list shows an estimate, not a count.
@@ -156,6 +160,34 @@ class AttentionFilter(_TextFilter):
         if implied is JobStatus.RUNNING:
             return queryset.filter(pk__in=Job.objects.stale().values("pk"))
         return queryset.filter(status=implied)
+
+
+class RestoreFilter(_TextFilter):
+    """The jobs a restore hold keeps waiting, and those its release settled."""
+
+    title = "restore hold"
+    parameter_name = "restore"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        return [
+            ("held", "Held now (external types, enqueued before the open hold)"),
+            ("settled", "Settled by a release (code RESTORED)"),
+        ]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Job]) -> QuerySet[Job]:
+        value = self.value()
+        if value == "settled":
+            return queryset.filter(last_error_code=ErrorCode.RESTORED)
+        if value != "held":
+            return queryset
+        hold = open_hold(jobs_settings.DATABASE)
+        if hold is None:
+            return queryset.none()
+        return queryset.filter(
+            type__in=[t.name for t in registry.all() if t.acts_outside],
+            status__in=(JobStatus.PENDING, JobStatus.RUNNING),
+            created_at__lt=hold.opened_at,
+        )
 
 
 # ---- the list -----------------------------------------------------------------------------------

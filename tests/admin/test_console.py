@@ -14,6 +14,7 @@ from django.test import Client
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
+from django_jobs.console import restore_holds
 from django_jobs.console.job_actions import ACTIONS
 from django_jobs.console.listing import EXACT_COUNT_LIMIT
 from django_jobs.models import ExternalCall, Job, JobEvent, LiveWorker
@@ -433,3 +434,38 @@ def test_a_retried_job_forgets_when_it_failed(
     job.refresh_from_db()
     assert (job.status, job.failed_at, job.finished_at) == (JobStatus.PENDING, None, None)
     assert JobEvent.objects.filter(job=job, kind=EventKind.MANUAL_RETRY).exists()  # the history keeps it
+
+
+def test_an_open_restore_hold_is_a_banner_and_its_jobs_a_filter(
+    login: Callable[[User | None], Client], superuser: User
+) -> None:
+    client = login(superuser)
+    assert 'id="restore-hold"' not in client.get(DASHBOARD).content.decode()
+    held = JobFactory(type="test.unsafe")
+    running = JobFactory(type="test.unsafe", running=True)
+    inside = JobFactory(type="test.noop")
+    done = JobFactory(type="test.unsafe", status=JobStatus.COMPLETED)
+    Job.objects.filter(id__in=[held.id, running.id, inside.id, done.id]).update(
+        created_at=timezone.now() - dt.timedelta(minutes=5)
+    )
+    assert listed(client, "held") == []  # no hold open: nothing is held
+    hold = restore_holds.declare(actor="ops", reason="restored <b>last night's</b> backup")
+    later = JobFactory(type="test.unsafe")  # enqueued under the hold: not held by it
+
+    page = client.get(DASHBOARD).content.decode()
+    assert 'id="restore-hold"' in page and f"Restore hold {hold}" in page
+    assert "restored &lt;b&gt;last night&#x27;s&lt;/b&gt; backup" in page  # escaped
+    assert "?restore=held" in page and f"jobsrestore release --hold {hold}" in page
+    assert listed(client, "held") == sorted([held.id, running.id])
+
+    restore_holds.release(actor="ops", reason="providers checked")
+    assert 'id="restore-hold"' not in client.get(DASHBOARD).content.decode()
+    assert listed(client, "held") == []
+    assert listed(client, "settled") == [held.id]  # parked: test.unsafe cannot reconcile
+    assert later.id not in listed(client, "settled")
+
+
+def listed(client: Client, restore: str) -> list[int]:
+    page = client.get(LIST, {"restore": restore})
+    assert page.status_code == 200
+    return sorted(job.id for job in page.context["cl"].result_list)
