@@ -42,8 +42,11 @@ KEY_HOLDING_STATUSES: frozenset[str] = ACTIVE_STATUSES | {JobStatus.NEEDS_REVIEW
 
 #: The arrows of the state machine: source → the statuses it may move to.
 TRANSITIONS: dict[str, frozenset[str]] = {
-    # → needs_review: released from a restore hold, of a type that cannot reconcile.
-    JobStatus.PENDING: frozenset({JobStatus.RUNNING, JobStatus.CANCELLED, JobStatus.NEEDS_REVIEW}),
+    # A restore hold's release: → needs_review, of a type that cannot reconcile; → completed,
+    # when the operator found its effect done at the provider.
+    JobStatus.PENDING: frozenset(
+        {JobStatus.RUNNING, JobStatus.CANCELLED, JobStatus.NEEDS_REVIEW, JobStatus.COMPLETED}
+    ),
     JobStatus.RUNNING: frozenset(
         {
             JobStatus.COMPLETED,

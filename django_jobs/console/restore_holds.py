@@ -8,14 +8,16 @@ action writes nothing.
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass
 
 from django.db.models import Count
 
 from django_jobs.conf import jobs_settings
 from django_jobs.console.reasons import check_actor_and_reason
-from django_jobs.models import DatabaseIdentity, Job, RestoreHold
+from django_jobs.models import DatabaseIdentity, Job, LiveWorker, RestoreHold
 from django_jobs.models.restore import open_hold
+from django_jobs.reads.clock import database_now
 from django_jobs.registry import registry
 from django_jobs.restoring import Identity
 from django_jobs.states import JobStatus
@@ -32,6 +34,12 @@ class RestoreStatus:
     outside: list[str]
     #: Of those, how many jobs are pending and running now: (type, status) → count.
     waiting: dict[tuple[str, str], int]
+    #: Workers that reported within the silence threshold.
+    live_workers: int
+
+    @property
+    def running_outside(self) -> int:
+        return sum(n for (_, status_), n in self.waiting.items() if status_ == JobStatus.RUNNING)
 
 
 @dataclass(frozen=True)
@@ -48,6 +56,7 @@ def outside_types() -> list[str]:
 def status() -> RestoreStatus:
     alias = jobs_settings.DATABASE
     outside = outside_types()
+    now = database_now()
     counts = (
         Job.objects.using(alias)
         .filter(type__in=outside, status__in=(JobStatus.PENDING, JobStatus.RUNNING))
@@ -60,6 +69,7 @@ def status() -> RestoreStatus:
         live=restore.live_identity(),
         outside=outside,
         waiting={(type_, status_): n for type_, status_, n in counts},
+        live_workers=sum(w.is_alive(now) for w in LiveWorker.objects.using(alias)),
     )
 
 
@@ -71,12 +81,25 @@ def declare(*, actor: str, reason: str) -> int:
     return restore.declare(actor=actor, reason=reason)
 
 
-def release(*, actor: str, reason: str, hold_id: int | None = None) -> Released:
+def release(
+    *,
+    actor: str,
+    reason: str,
+    hold_id: int | None = None,
+    done: Collection[int] = (),
+    not_done: Collection[int] = (),
+) -> Released:
     """Release the open restore hold (``hold_id``, if given, must be it) and settle the jobs it
-    kept: of the external types, those that can ``reconcile`` ask the provider before they run
-    again, the others are parked in ``needs_review``. Raises ``ValueError`` for a missing actor
-    or reason, ``ActionRefused`` when no hold is open or ``hold_id`` is not the open one."""
+    kept: those the operator checked with the provider are completed (``done``: the effect
+    happened) or run again as they are (``not_done``); of the others, those whose type can
+    ``reconcile`` ask the provider before they run again, the rest are parked in
+    ``needs_review``. Raises ``ValueError`` for a missing actor or reason or a job answered
+    both ways, ``ActionRefused`` when no hold is open, ``hold_id`` is not the open one, or an
+    answered job is not one the hold keeps pending; a refused release writes nothing."""
     check_actor_and_reason(actor, reason)
+    both = sorted(set(done) & set(not_done))
+    if both:
+        raise ValueError(f"job {both[0]} is answered both done and not done")
     hold = open_hold(jobs_settings.DATABASE)
     if hold is None:
         raise ActionRefused("no restore hold is open")
@@ -89,5 +112,7 @@ def release(*, actor: str, reason: str, hold_id: int | None = None) -> Released:
         reason=reason,
         reconcilable=[t.name for t in outside if t.reconcile is not None],
         hookless=[t.name for t in outside if t.reconcile is None],
+        done=done,
+        not_done=not_done,
     )
     return Released(hold.id, settled)

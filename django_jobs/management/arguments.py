@@ -12,6 +12,8 @@ from django_jobs.names import QUEUE_RE
 #: the worker; PostgreSQL's max_connections is 100 by default. More throughput comes from more
 #: worker processes, on more machines, not from one worker with thousands of slots.
 MAX_CONCURRENCY = 256
+#: Job ids are bigint.
+MAX_JOB_ID = 2**63 - 1
 
 
 def positive_int(value: str) -> int:
@@ -21,6 +23,14 @@ def positive_int(value: str) -> int:
         raise argparse.ArgumentTypeError(f"{value!r} is not an integer") from None
     if number < 1:
         raise argparse.ArgumentTypeError(f"{value!r} must be >= 1")
+    return number
+
+
+def job_id(value: str) -> int:
+    """A job's id: a positive integer that fits the id column (bigint)."""
+    number = positive_int(value)
+    if number > MAX_JOB_ID:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a job id (at most {MAX_JOB_ID})")
     return number
 
 

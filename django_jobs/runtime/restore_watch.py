@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 
 from django_jobs import logs
+from django_jobs.errors import DATABASE_UNAVAILABLE
 from django_jobs.registry import JobType
 from django_jobs.restoring import Seen
 from django_jobs.transitions import restore
@@ -32,9 +33,24 @@ class RestoreWatch:
         """Whether the open hold keeps some of this worker's types waiting (the probes')."""
         return self.held and bool(self.outside)
 
-    def holds(self, job_type: str) -> bool:
-        """Whether a job of ``job_type`` must wait now."""
-        return self.held and job_type in self.outside
+    def may_start(self, job_type: str) -> bool:
+        """Whether a claimed job of ``job_type`` may start now. For a type that acts outside,
+        the database is asked too (one small read): a hold declared, or opened by another
+        worker, since this worker's last look stops the job at once, not at the next look.
+        An unreachable database stops it as well (it is given back unstarted)."""
+        if job_type not in self.outside:
+            return True
+        if self.held:
+            return False
+        try:
+            open_now = restore.hold_open()
+        except DATABASE_UNAVAILABLE:
+            return False
+        if open_now:
+            self.held = True  # until the next look says otherwise
+            fields = logs.worker_fields(self._worker_id)
+            logger.warning("a restore hold is open: jobs of external types wait", extra=fields)
+        return not open_now
 
     def run_once(self) -> restore.Look:
         """Look at the database's identity once. Raises what an unreachable database raises

@@ -384,7 +384,7 @@ class Worker:
     def _execute(self, claim: Claim, lease: Lease) -> Finished:
         if not self._hold_back.may_start_jobs():
             return Finished(claim, Happened.NOT_STARTED)  # given back unstarted, uncounted
-        if self._restore_watch.holds(claim.type):
+        if not self._restore_watch.may_start(claim.type):
             return Finished(claim, Happened.NOT_STARTED)  # claimed before the hold opened: given back
         return execute(claim, lease, side_writer=self._heartbeat, on_start=self._started)
 

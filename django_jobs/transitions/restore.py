@@ -6,6 +6,7 @@ settle the jobs it kept), each with its actor and reason. The comparison itself 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Collection
 from dataclasses import dataclass
@@ -47,6 +48,7 @@ ON CONFLICT DO NOTHING RETURNING id
 _OPEN_HOLD = (
     "SELECT id, kind, evidence, opened_by, opened_at FROM django_jobs_restorehold WHERE released_at IS NULL"
 )
+_ANY_OPEN = "SELECT EXISTS (SELECT 1 FROM django_jobs_restorehold WHERE released_at IS NULL)"
 _LOCK_OPEN = "SELECT opened_at FROM django_jobs_restorehold WHERE id = %s AND released_at IS NULL FOR UPDATE"
 _RELEASE = """
 UPDATE django_jobs_restorehold SET released_at = now(), released_by = %(actor)s,
@@ -65,23 +67,48 @@ WITH held AS (
     FROM django_jobs_job
     WHERE type = ANY(%(types)s) AND status = 'pending' AND created_at < %(opened_at)s
     FOR UPDATE
+), settled AS (
+    SELECT h.*, CASE WHEN h.id = ANY(%(done)s) THEN 'done'
+                     WHEN h.id = ANY(%(not_done)s) THEN 'not_done' END AS answer
+    FROM held h
 ), moved AS (
     UPDATE django_jobs_job j SET
-        status = CASE WHEN h.reconciles THEN 'pending' ELSE 'needs_review' END,
-        last_error_code = 'RESTORED',
-        last_error = CASE WHEN h.reconciles THEN %(to_reconcile)s ELSE %(to_review)s END
-    FROM held h WHERE j.id = h.id AND j.status = 'pending'
-    RETURNING j.id, j.status, j.last_error, h.attempts, h.last_error_code
+        status = CASE WHEN s.answer = 'done' THEN 'completed'
+                      WHEN s.answer = 'not_done' OR s.reconciles THEN 'pending'
+                      ELSE 'needs_review' END,
+        completed_at = CASE WHEN s.answer = 'done' THEN now() ELSE j.completed_at END,
+        finished_at = CASE WHEN s.answer = 'done' THEN now() ELSE j.finished_at END,
+        last_error_code = CASE WHEN s.answer IS NULL THEN 'RESTORED' ELSE j.last_error_code END,
+        last_error = CASE WHEN s.answer IS NOT NULL THEN j.last_error
+                          WHEN s.reconciles THEN %(to_reconcile)s ELSE %(to_review)s END
+    FROM settled s WHERE j.id = s.id AND j.status = 'pending'
+    RETURNING j.id, j.status, s.answer, j.last_error_code, j.last_error, s.attempts,
+              s.last_error_code AS previous_error_code
 ), events AS (
     INSERT INTO django_jobs_jobevent
         (job_id, kind, from_status, to_status, attempt, error_code, error, actor, reason, details)
-    SELECT id, CASE WHEN status = 'pending' THEN 'restore_released' ELSE 'needs_review' END,
-           'pending', status, attempts, 'RESTORED', last_error, %(actor)s, %(event_reason)s,
-           jsonb_build_object('restore_hold', %(hold)s, 'previous_error_code', last_error_code)
+    SELECT id,
+           CASE WHEN answer = 'done' THEN 'resolved' WHEN status = 'needs_review' THEN 'needs_review'
+                ELSE 'restore_released' END,
+           'pending', status, attempts,
+           CASE WHEN answer IS NULL THEN last_error_code END,
+           CASE WHEN answer IS NULL THEN last_error END,
+           %(actor)s, %(event_reason)s,
+           jsonb_build_object('restore_hold', %(hold)s, 'previous_error_code', previous_error_code,
+                              'answer', answer)
     FROM moved
 )
-SELECT count(*) FILTER (WHERE status = 'pending'), count(*) FILTER (WHERE status = 'needs_review')
+SELECT count(*) FILTER (WHERE status = 'pending' AND answer IS NULL),
+       count(*) FILTER (WHERE status = 'needs_review'),
+       count(*) FILTER (WHERE answer = 'done'),
+       count(*) FILTER (WHERE answer = 'not_done')
 FROM moved
+"""
+# The jobs an operator answered for must all be among those the hold keeps pending: one that is
+# not (no such job, another type, running, ended, enqueued since) refuses the whole release.
+_ANSWERED = """
+SELECT id, type, status, created_at < %(opened_at)s FROM django_jobs_job
+WHERE id = ANY(%(answered)s) FOR UPDATE
 """
 # A running one keeps its execution: a worker may be running it now, and its outcome stands.
 # But if that execution is lost, its type's policy for a lost execution gives way: it is
@@ -124,9 +151,13 @@ class Settled:
     to_review: int
     #: Running jobs left to their execution, reconciled or parked if it is lost.
     running: int
+    #: Pending jobs the operator found done at the provider: completed without running.
+    done: int = 0
+    #: Pending jobs the operator found not done: they run again as they are.
+    not_done: int = 0
 
     def as_json(self) -> dict[str, int]:
-        return {"to_reconcile": self.to_reconcile, "to_review": self.to_review, "running": self.running}
+        return dataclasses.asdict(self)
 
 
 @dataclass(frozen=True, slots=True)
@@ -186,6 +217,13 @@ def look(witness: Seen | None, worker_id: str) -> Look:
     return Look(seen=Seen(live, generation), sign=sign, opened=opened, held=held)
 
 
+def hold_open() -> bool:
+    """Whether a restore hold is open now (one read of a one-row index)."""
+    with connections[jobs_settings.DATABASE].cursor() as cursor:
+        cursor.execute(_ANY_OPEN)
+        return bool(cursor.fetchone()[0])
+
+
 def declare(*, actor: str, reason: str) -> int:
     """Open a hold for a restore the workers cannot see. Raises ``ActionRefused`` if one is open."""
     with connections[jobs_settings.DATABASE].cursor() as cursor:
@@ -197,32 +235,67 @@ def declare(*, actor: str, reason: str) -> int:
 
 
 def release(
-    hold_id: int, *, actor: str, reason: str, reconcilable: Collection[str], hookless: Collection[str]
+    hold_id: int,
+    *,
+    actor: str,
+    reason: str,
+    reconcilable: Collection[str],
+    hookless: Collection[str],
+    done: Collection[int] = (),
+    not_done: Collection[int] = (),
 ) -> Settled:
     """Release the open hold ``hold_id`` and settle the jobs it kept, in one transaction: those
-    of ``reconcilable`` types reconcile first, those of ``hookless`` types are parked (see
-    ``_SETTLE_PENDING`` and ``_SETTLE_RUNNING``). Raises ``ActionRefused`` if it is not open."""
+    the operator answered for are completed (``done``) or run again as they are (``not_done``);
+    of the others, those of ``reconcilable`` types reconcile first and those of ``hookless``
+    types are parked (see ``_SETTLE_PENDING`` and ``_SETTLE_RUNNING``). Raises
+    ``ActionRefused``, having written nothing, if the hold is not open or an answered job is not
+    one it keeps pending."""
     alias = jobs_settings.DATABASE
+    types = sorted({*reconcilable, *hookless})
     with transaction.atomic(using=alias), connections[alias].cursor() as cursor:
         cursor.execute(_LOCK_OPEN, [hold_id])
         row = cursor.fetchone()
         if row is None:
             raise ActionRefused(f"restore hold {hold_id} is not open")
+        opened_at = row[0]
+        answered = sorted({*done, *not_done})
+        if answered:
+            cursor.execute(_ANSWERED, {"answered": answered, "opened_at": opened_at})
+            found = {int(r[0]): (str(r[1]), str(r[2]), bool(r[3])) for r in cursor.fetchall()}
+            problems = [_not_held(job_id, found.get(job_id), types, hold_id) for job_id in answered]
+            if any(problems):
+                raise ActionRefused("; ".join(p for p in problems if p))
         params = {
             "hold": hold_id,
-            "opened_at": row[0],
-            "types": sorted({*reconcilable, *hookless}),
+            "opened_at": opened_at,
+            "types": types,
             "reconcilable": sorted(reconcilable),
+            "done": sorted(done),
+            "not_done": sorted(not_done),
             "actor": actor,
             "event_reason": f"restored from backup (restore hold {hold_id}): {reason}",
             "to_reconcile": _TO_RECONCILE,
             "to_review": _TO_REVIEW,
         }
         cursor.execute(_SETTLE_PENDING, params)
-        to_reconcile, to_review = cursor.fetchone()
+        to_reconcile, to_review, answered_done, answered_not_done = cursor.fetchone()
         cursor.execute(_SETTLE_RUNNING, params)
         (running,) = cursor.fetchone()
-        settled = Settled(to_reconcile=to_reconcile, to_review=to_review, running=running)
+        settled = Settled(to_reconcile, to_review, running, answered_done, answered_not_done)
         summary = json.dumps(settled.as_json())
         cursor.execute(_RELEASE, {"id": hold_id, "actor": actor, "reason": reason, "settled": summary})
     return settled
+
+
+def _not_held(job_id: int, found: tuple[str, str, bool] | None, types: list[str], hold_id: int) -> str:
+    """Why job ``job_id`` is not one the hold keeps pending; "" if it is."""
+    if found is None:
+        return f"no job {job_id}"
+    job_type, status, before = found
+    if job_type not in types:
+        return f"job {job_id} is not held: its type {job_type} acts inside the database"
+    if not before:
+        return f"job {job_id} is not held: it was enqueued after restore hold {hold_id} opened"
+    if status != "pending":
+        return f"job {job_id} is {status}, not pending: only a pending job can be answered for"
+    return ""

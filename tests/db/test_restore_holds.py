@@ -120,14 +120,16 @@ def test_a_job_claimed_before_the_hold_opened_is_given_back_unstarted() -> None:
     claimed = claim(worker._producer.statement, 10)
     assert [c.id for c in claimed] == [outside.id]
     restore_holds.declare(actor="ops", reason="restored last night's backup")
-    worker._restore_watch.run_once()  # the heartbeat's next look
+    # Before the heartbeat's next look: the execution asks the database itself.
     finished = worker._execute(claimed[0], worker._producer.lease_for(claimed[0]))
     assert finished.happened is Happened.NOT_STARTED
+    assert worker._restore_watch.held  # and the worker's claims leave such jobs alone from now on
 
 
 def test_a_worker_that_has_not_looked_yet_holds_external_jobs() -> None:
     worker = Worker(concurrency=1, burst=True)
-    assert worker._restore_watch.holds("test.unsafe") and not worker._restore_watch.holds("test.noop")
+    watch = worker._restore_watch
+    assert not watch.may_start("test.unsafe") and watch.may_start("test.noop")
 
 
 def test_declare_and_release_are_recorded_with_who_and_why() -> None:
@@ -146,7 +148,7 @@ def test_declare_and_release_are_recorded_with_who_and_why() -> None:
     assert released.hold_id == hold_id
     hold.refresh_from_db()
     assert (hold.released_by, hold.release_reason) == ("lead", "providers checked") and hold.released_at
-    assert hold.settled == {"to_reconcile": 0, "to_review": 0, "running": 0}
+    assert hold.settled == {"to_reconcile": 0, "to_review": 0, "running": 0, "done": 0, "not_done": 0}
     with pytest.raises(ActionRefused, match="no restore hold is open"):
         restore_holds.release(actor="lead", reason="twice")
     assert RestoreHold.objects.count() == 1
@@ -176,7 +178,9 @@ def test_release_settles_the_jobs_the_hold_kept_and_nothing_else(tmp_path: Path)
     released = restore_holds.release(actor="lead", reason="providers checked at 09:00")
 
     assert released.settled == restore.Settled(to_reconcile=1, to_review=1, running=2)
-    assert RestoreHold.objects.get(id=hold_id).settled == {"to_reconcile": 1, "to_review": 1, "running": 2}
+    assert RestoreHold.objects.get(id=hold_id).settled == {
+        "to_reconcile": 1, "to_review": 1, "running": 2, "done": 0, "not_done": 0,
+    }  # fmt: skip
     rows = {j.id: j for j in Job.objects.all()}
     assert (rows[charge.id].status, rows[charge.id].last_error_code) == ("pending", "RESTORED")
     assert (rows[notice.id].status, rows[notice.id].last_error_code) == ("needs_review", "RESTORED")
@@ -248,6 +252,65 @@ def test_a_released_job_lost_before_it_started_still_reconciles_first() -> None:
     assert Job.objects.get(id=job.id).last_error_code == "RESTORED"
 
 
+def test_the_operator_answers_for_jobs_they_checked_with_the_provider() -> None:
+    sent = JobFactory(type="test.provider_notice", payload={})
+    unsent = JobFactory(type="test.provider_notice", payload={})
+    unchecked = JobFactory(type="test.provider_notice", payload={})
+    hold_id = open_hold_after(sent, unsent, unchecked)
+    out = StringIO()
+    call_command(
+        "jobsrestore", "release", "--reason", "provider dashboard checked", "--done", str(sent.id),
+        "--not-done", str(unsent.id), stdout=out,
+    )  # fmt: skip
+    assert "as you answered: 1 completed without running, 1 run again" in out.getvalue()
+    rows = {j.id: j for j in Job.objects.all()}
+    assert (rows[sent.id].status, rows[sent.id].last_error_code) == ("completed", None)
+    assert rows[sent.id].completed_at is not None and rows[sent.id].finished_at is not None
+    assert (rows[unsent.id].status, rows[unsent.id].last_error_code) == ("pending", None)
+    assert rows[unchecked.id].status == "needs_review"
+    resolved = JobEvent.objects.get(job_id=sent.id)
+    assert (resolved.kind, resolved.to_status, resolved.details["answer"]) == (
+        "resolved", "completed", "done",
+    )  # fmt: skip
+    assert RestoreHold.objects.get(id=hold_id).settled == {
+        "to_reconcile": 0, "to_review": 1, "running": 0, "done": 1, "not_done": 1,
+    }  # fmt: skip
+
+
+def test_an_answer_for_a_job_the_hold_does_not_keep_refuses_the_whole_release() -> None:
+    held = JobFactory(type="test.provider_notice", payload={})
+    inside = JobFactory(type="test.noop")
+    running = JobFactory(type="test.provider_notice", running=True, payload={})
+    hold_id = open_hold_after(held, inside, running)
+    later = JobFactory(type="test.provider_notice", payload={})
+    cases = [
+        ([str(held.id), "999999999"], "no job 999999999"),
+        ([str(inside.id)], f"job {inside.id} is not held: its type test.noop acts inside the database"),
+        ([str(running.id)], f"job {running.id} is running, not pending"),
+        ([str(later.id)], f"job {later.id} is not held: it was enqueued after restore hold {hold_id} opened"),
+    ]
+    for ids, message in cases:
+        with pytest.raises(CommandError, match=message):
+            call_command("jobsrestore", "release", "--reason", "checked", "--done", *ids, stdout=StringIO())
+    with pytest.raises(CommandError, match=f"job {held.id} is answered both done and not done"):
+        call_command(
+            "jobsrestore", "release", "--reason", "checked", "--done", str(held.id),
+            "--not-done", str(held.id), stdout=StringIO(),
+        )  # fmt: skip
+    # Nothing half done: the hold is open, no job moved, no event written.
+    assert RestoreHold.objects.get(id=hold_id).released_at is None
+    assert Job.objects.get(id=held.id).status == JobStatus.PENDING
+    assert not JobEvent.objects.exists()
+
+
+@pytest.mark.parametrize("value", ["0", "-3", "x", "9223372036854775808", "1.5"])
+def test_a_job_id_that_is_not_one_is_refused_by_the_parser(value: str) -> None:
+    RestoreHold.objects.create(kind="declared", evidence="e", opened_by="w")
+    with pytest.raises(CommandError, match="--done"):
+        call_command("jobsrestore", "release", "--reason", "checked", "--done", value, stdout=StringIO())
+    assert RestoreHold.objects.get().released_at is None
+
+
 @pytest.mark.parametrize(
     ("actor", "reason", "message"),
     [
@@ -288,6 +351,17 @@ def test_jobsrestore_command_reports_declares_and_releases() -> None:
     out = StringIO()
     call_command("jobsrestore", "release", "--hold", str(hold.id), "--reason", "checked", stdout=out)
     assert f"restore hold {hold.id} released" in out.getvalue()
+
+
+def test_declaring_while_workers_run_says_what_they_do() -> None:
+    JobFactory(type="test.unsafe", running=True)
+    restore.look(None, "w1")
+    worker = Worker(concurrency=1, burst=True)
+    worker._presence.report_alive()
+    out = StringIO()
+    call_command("jobsrestore", "declare", "--reason", "restored from backup", "--actor", "ops", stdout=out)
+    assert "1 worker(s) running: from now on they start no job of an external type" in out.getvalue()
+    assert "1 job(s) of those types are running now and go on" in out.getvalue()
 
 
 @pytest.mark.parametrize(

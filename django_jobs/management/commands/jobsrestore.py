@@ -9,6 +9,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 from django_jobs import transitions
 from django_jobs.console import restore_holds
+from django_jobs.management.arguments import job_id
 from django_jobs.schema import require_migrated
 
 
@@ -36,6 +37,14 @@ class Command(BaseCommand):
                     "--hold", type=int, default=None, metavar="ID",
                     help="The hold you looked at: refused if another one is open now.",
                 )  # fmt: skip
+                for answer, what in (
+                    ("done", "Held jobs whose effect the provider shows done: completed, not run."),
+                    ("not-done", "Held jobs the provider shows not done: they run again as they are."),
+                ):
+                    sub.add_argument(
+                        f"--{answer}", type=job_id, nargs="+", action="extend", default=[], metavar="JOB",
+                        help=what,
+                    )  # fmt: skip
 
     def handle(self, *args: Any, **options: Any) -> None:
         require_migrated()
@@ -48,19 +57,41 @@ class Command(BaseCommand):
             if verb == "declare":
                 hold = restore_holds.declare(actor=actor, reason=options["reason"])
                 self.stdout.write(f"restore hold {hold} declared: jobs of external types wait")
+                self._workers_running()
             else:
                 released = restore_holds.release(
-                    actor=actor, reason=options["reason"], hold_id=options["hold"]
+                    actor=actor,
+                    reason=options["reason"],
+                    hold_id=options["hold"],
+                    done=options["done"],
+                    not_done=options["not_done"],
                 )
-                settled = released.settled
-                self.stdout.write(
-                    f"restore hold {released.hold_id} released: jobs of external types run again. Of the "
-                    f"jobs it kept, {settled.to_reconcile} ask their provider before they run again "
-                    f"(reconcile), {settled.to_review} were parked for review (their types cannot "
-                    f"reconcile), {settled.running} running are reconciled or parked if lost"
-                )
+                self._released(released)
         except (ValueError, transitions.ActionRefused) as exc:
             raise CommandError(str(exc)) from exc
+
+    def _workers_running(self) -> None:
+        found = restore_holds.status()
+        if found.live_workers:
+            self.stdout.write(
+                f"{found.live_workers} worker(s) running: from now on they start no job of an external "
+                f"type (each asks the database before it starts one). {found.running_outside} job(s) of "
+                "those types are running now and go on: if one is lost, it is reconciled or parked "
+                "once the hold is released."
+            )
+
+    def _released(self, released: restore_holds.Released) -> None:
+        settled = released.settled
+        self.stdout.write(
+            f"restore hold {released.hold_id} released: jobs of external types run again. Of the "
+            f"jobs it kept, {settled.to_reconcile} ask their provider before they run again "
+            f"(reconcile), {settled.to_review} were parked for review (their types cannot "
+            f"reconcile), {settled.running} running are reconciled or parked if lost"
+        )
+        if settled.done or settled.not_done:
+            self.stdout.write(
+                f"as you answered: {settled.done} completed without running, {settled.not_done} run again"
+            )
 
     def _status(self) -> None:
         found = restore_holds.status()
