@@ -42,11 +42,9 @@ KEY_HOLDING_STATUSES: frozenset[str] = ACTIVE_STATUSES | {JobStatus.NEEDS_REVIEW
 
 #: The arrows of the state machine: source → the statuses it may move to.
 TRANSITIONS: dict[str, frozenset[str]] = {
-    # A restore hold's release: → needs_review, of a type that cannot reconcile; → completed,
-    # when the operator found its effect done at the provider.
-    JobStatus.PENDING: frozenset(
-        {JobStatus.RUNNING, JobStatus.CANCELLED, JobStatus.NEEDS_REVIEW, JobStatus.COMPLETED}
-    ),
+    # → needs_review: a restore hold's release, for a job whose type cannot reconcile, or that
+    # the operator found done (then resolved at once: a pending job never completes unrun).
+    JobStatus.PENDING: frozenset({JobStatus.RUNNING, JobStatus.CANCELLED, JobStatus.NEEDS_REVIEW}),
     JobStatus.RUNNING: frozenset(
         {
             JobStatus.COMPLETED,

@@ -21,7 +21,7 @@ from django_jobs.reads.clock import database_now
 from django_jobs.registry import registry
 from django_jobs.restoring import Identity
 from django_jobs.states import JobStatus
-from django_jobs.transitions import restore
+from django_jobs.transitions import restore, restore_release
 from django_jobs.transitions.operator import ActionRefused
 
 
@@ -45,7 +45,7 @@ class RestoreStatus:
 @dataclass(frozen=True)
 class Released:
     hold_id: int
-    settled: restore.Settled
+    settled: restore_release.Settled
 
 
 def outside_types() -> list[str]:
@@ -106,7 +106,7 @@ def release(
     if hold_id is not None and hold_id != hold.id:
         raise ActionRefused(f"restore hold {hold_id} is not the open one (hold {hold.id} is)")
     outside = [job_type for job_type in registry.all() if job_type.acts_outside]
-    settled = restore.release(
+    settled = restore_release.release(
         hold.id,
         actor=actor,
         reason=reason,

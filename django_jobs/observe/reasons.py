@@ -35,6 +35,8 @@ class Reason(enum.StrEnum):
     #: Running by its row, but its lease expired: the reaper has yet to take it back.
     RUNNING_LEASE_EXPIRED = "running_lease_expired"
     QUEUE_PAUSED = "queue_paused"
+    #: A restore hold is open and the job's type may act outside the database.
+    RESTORE_HOLD = "restore_hold"
     BACKOFF = "backoff"
     DELAYED = "delayed"
     NO_WORKER = "no_worker"

@@ -1,11 +1,12 @@
-"""Why a pending job waits, in the order it meets the reasons: a person (its queue is paused),
-then time (it is not due yet: a backoff, a delay, a job given back), then workers (none serves
-its queue, runs its type, or reads its payload version), then limits (its concurrency key is
-held, its type's rate window is full). With none of these, it is claimable and waits its turn.
+"""Why a pending job waits, in the order it meets the reasons: a person (its queue is paused,
+or a restore hold keeps its type waiting), then time (it is not due yet: a backoff, a delay, a
+job given back), then workers (none serves its queue, runs its type, or reads its payload
+version), then limits (its concurrency key is held, its type's rate window is full). With none
+of these, it is claimable and waits its turn.
 
-Each reads the database through the models' managers: the queue's pause, the job's latest
-event, the live-worker rows, the running holders of its key (the ``django_jobs_key_running``
-index) and its type's rate window.
+Each reads the database through the models' managers: the queue's pause, the open restore
+hold, the job's latest event, the live-worker rows, the running holders of its key (the
+``django_jobs_key_running`` index) and its type's rate window.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from django.apps import apps
 
 from django_jobs.apps import discovered_module_names, discovered_modules
 from django_jobs.models import Job, JobEvent, LiveWorker, Queue, RateWindow, silence_threshold
+from django_jobs.models.restore import open_hold
 from django_jobs.observe.reasons import (
     MAX_NAMED,
     Blocker,
@@ -43,6 +45,9 @@ def blockers(job: Job, now: dt.datetime, db: str, evidence: list[tuple[str, str]
                 "it until someone resumes it.",
             )
         )
+    held = _restore_hold(job, now, db)
+    if held is not None:
+        found.append(held)
     evidence.append(("available at", timestamp(job.available_at)))
     if job.available_at > now:
         found.append(_not_due(job, now, db))
@@ -51,6 +56,23 @@ def blockers(job: Job, now: dt.datetime, db: str, evidence: list[tuple[str, str]
     if not found:
         found.append(_claimable(job, now, db, evidence))
     return found
+
+
+def _restore_hold(job: Job, now: dt.datetime, db: str) -> Blocker | None:
+    """An open restore hold, for a job whose type may act outside the database."""
+    job_type = registry.get(job.type)
+    if job_type is None or not job_type.acts_outside:
+        return None
+    hold = open_hold(db)
+    if hold is None:
+        return None
+    since = f"since {timestamp(hold.opened_at)}, {duration(now - hold.opened_at)} ago"
+    return Blocker(
+        Reason.RESTORE_HOLD,
+        f"Restore hold {hold.id} is open ({hold.get_kind_display().lower()}, {since}): no worker starts "
+        f"a job of type {job.type}, whose effects may be outside the database, until an operator "
+        "releases it (manage.py jobsrestore; docs/operations.md, “Restoring from a backup”).",
+    )
 
 
 def _not_due(job: Job, now: dt.datetime, db: str) -> Blocker:

@@ -11,6 +11,7 @@ from django.db.models.functions import Now
 from django.utils import timezone
 
 from django_jobs import enqueue, enqueue_many, job, pause_queue, transitions
+from django_jobs.console import restore_holds
 from django_jobs.limits import RateLimit
 from django_jobs.maintenance import reaper
 from django_jobs.models import Job, LiveWorker
@@ -109,6 +110,18 @@ def test_a_job_in_a_paused_queue_says_who_paused_it_since_when_and_why() -> None
     why = explain(waiting.id)
     assert why.reason == Reason.QUEUE_PAUSED
     assert "paused, by ops-anna since" in why.sentence and "provider maintenance until 14:00" in why.sentence
+
+
+def test_a_job_of_an_external_type_under_a_restore_hold_says_which_hold() -> None:
+    live_worker("w1")
+    held = enqueue("test.unsafe", {}, queue=QUEUE)
+    inside = enqueue("test.noop", {}, queue=QUEUE)
+    hold = restore_holds.declare(actor="ops", reason="restored last night's backup")
+    why = explain(held.id)
+    assert why.reason == Reason.RESTORE_HOLD
+    assert f"Restore hold {hold} is open (declared by an operator" in why.sentence
+    assert "test.unsafe" in why.sentence and "manage.py jobsrestore" in why.sentence
+    assert explain(inside.id).reason != Reason.RESTORE_HOLD
 
 
 def test_a_due_job_with_no_live_worker_on_its_queue_says_so_and_names_the_silent_ones() -> None:

@@ -23,7 +23,7 @@ from django_jobs.models import DatabaseIdentity, Job, JobEvent, RestoreHold
 from django_jobs.restoring import Seen
 from django_jobs.runtime.worker import Worker
 from django_jobs.states import JobStatus
-from django_jobs.transitions import ActionRefused, claim, restore
+from django_jobs.transitions import ActionRefused, claim, restore, restore_release
 from tests.db.inprocess import run_worker
 from tests.factories import JobFactory
 
@@ -177,7 +177,7 @@ def test_release_settles_the_jobs_the_hold_kept_and_nothing_else(tmp_path: Path)
 
     released = restore_holds.release(actor="lead", reason="providers checked at 09:00")
 
-    assert released.settled == restore.Settled(to_reconcile=1, to_review=1, running=2)
+    assert released.settled == restore_release.Settled(to_reconcile=1, to_review=1, running=2)
     assert RestoreHold.objects.get(id=hold_id).settled == {
         "to_reconcile": 1, "to_review": 1, "running": 2, "done": 0, "not_done": 0,
     }  # fmt: skip
@@ -260,7 +260,7 @@ def test_the_operator_answers_for_jobs_they_checked_with_the_provider() -> None:
     out = StringIO()
     call_command(
         "jobsrestore", "release", "--reason", "provider dashboard checked", "--done", str(sent.id),
-        "--not-done", str(unsent.id), stdout=out,
+        "--not-done", str(unsent.id), "--actor", "ops", stdout=out,
     )  # fmt: skip
     assert "as you answered: 1 completed without running, 1 run again" in out.getvalue()
     rows = {j.id: j for j in Job.objects.all()}
@@ -268,10 +268,12 @@ def test_the_operator_answers_for_jobs_they_checked_with_the_provider() -> None:
     assert rows[sent.id].completed_at is not None and rows[sent.id].finished_at is not None
     assert (rows[unsent.id].status, rows[unsent.id].last_error_code) == ("pending", None)
     assert rows[unchecked.id].status == "needs_review"
-    resolved = JobEvent.objects.get(job_id=sent.id)
-    assert (resolved.kind, resolved.to_status, resolved.details["answer"]) == (
-        "resolved", "completed", "done",
+    parked, resolved = JobEvent.objects.filter(job_id=sent.id).order_by("id")
+    assert (parked.kind, parked.from_status, parked.to_status) == ("needs_review", "pending", "needs_review")
+    assert (resolved.kind, resolved.from_status, resolved.to_status, resolved.actor) == (
+        "resolved", "needs_review", "completed", "ops",
     )  # fmt: skip
+    assert resolved.details["answer"] == "done" and "provider dashboard checked" in resolved.reason
     assert RestoreHold.objects.get(id=hold_id).settled == {
         "to_reconcile": 0, "to_review": 1, "running": 0, "done": 1, "not_done": 1,
     }  # fmt: skip

@@ -266,8 +266,8 @@ ARROWS = {
     ("transitions/operator.py", "_CANCEL_PENDING"): "'cancelled'",
     ("transitions/operator.py", "_MANUAL_RETRY"): "'pending'",
     ("transitions/operator.py", "_RESOLVE"): "%(to)s",
-    # A restore hold's release: pending stays pending (to reconcile) or is parked for review.
-    ("transitions/restore.py", "_SETTLE_PENDING"): "CASE",
+    # A restore hold's release: pending stays pending, is parked, or (found done) parked and resolved.
+    ("transitions/restore_release.py", "_SETTLE_PENDING"): "CASE",
 }
 
 
