@@ -45,6 +45,17 @@ ON CONFLICT DO NOTHING RETURNING id
 _OPEN_HOLD = (
     "SELECT id, kind, evidence, opened_by, opened_at FROM django_jobs_restorehold WHERE released_at IS NULL"
 )
+# A restored database hands out again the job ids the lost jobs had: a key built from a job id
+# (``ctx.idempotency_key()`` on a job without a unique key) would name, at the provider, a lost
+# job's operation. Opening a hold moves the id sequence past what a lost timeline plausibly
+# used. ``setval`` is not undone by a rollback: a hold that fails to open still moved it, which
+# costs nothing.
+ID_JUMP = 10**9
+_JUMP_IDS = """
+SELECT setval(s.seq, GREATEST(coalesce(pg_sequence_last_value(s.seq), 0),
+                              (SELECT coalesce(max(id), 0) FROM django_jobs_job)) + %s)
+FROM (SELECT pg_get_serial_sequence('django_jobs_job', 'id')::regclass AS seq) AS s
+"""
 _ANY_OPEN = "SELECT EXISTS (SELECT 1 FROM django_jobs_restorehold WHERE released_at IS NULL)"
 @dataclass(frozen=True, slots=True)
 class Look:
@@ -98,6 +109,8 @@ def look(witness: Seen | None, worker_id: str) -> Look:
             cursor.execute(_OPEN, [sign.kind, sign.evidence, worker_id])
             found = cursor.fetchone()
             opened = None if found is None else int(found[0])
+            if opened is not None:
+                cursor.execute(_JUMP_IDS, [ID_JUMP])
         cursor.execute(_OPEN_HOLD)
         held = cursor.fetchone() is not None
     return Look(seen=Seen(live, generation), sign=sign, opened=opened, held=held)
@@ -115,6 +128,7 @@ def declare(*, actor: str, reason: str) -> int:
     with connections[jobs_settings.DATABASE].cursor() as cursor:
         cursor.execute(_OPEN, [RestoreHold.Kind.DECLARED, reason, actor])
         row = cursor.fetchone()
-    if row is None:
-        raise ActionRefused("a restore hold is open already: release it first, or keep it")
+        if row is None:
+            raise ActionRefused("a restore hold is open already: release it first, or keep it")
+        cursor.execute(_JUMP_IDS, [ID_JUMP])
     return int(row[0])

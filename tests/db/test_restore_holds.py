@@ -73,6 +73,21 @@ def test_a_record_of_another_database_oid_opens_a_hold_once() -> None:
     assert RestoreHold.objects.count() == 1
 
 
+def test_opening_a_hold_moves_job_ids_past_those_a_lost_timeline_used() -> None:
+    before = JobFactory().id
+    restore.look(None, "w1")
+    tamper(database_oid=1)
+    assert restore.look(None, "w2").opened is not None
+    detected = JobFactory().id
+    assert detected > before + restore.ID_JUMP
+    restore_holds.release(actor="ops", reason="checked")
+    restore_holds.declare(actor="ops", reason="put back a copy")
+    declared = JobFactory().id
+    assert declared > detected + restore.ID_JUMP
+    restore.look(None, "w3")  # a look that opens nothing moves nothing
+    assert JobFactory().id == declared + 1
+
+
 def test_a_record_behind_what_the_worker_saw_opens_a_hold() -> None:
     seen = restore.look(restore.look(None, "w1").seen, "w1").seen  # generation 2
     tamper(generation=1)

@@ -66,7 +66,13 @@ def test_three_workers_fire_each_tick_exactly_once(
     assert len(set(job_ids)) == len(rows)
     jobs = Job.objects.filter(type="test.ticked")
     assert sorted(jobs.values_list("id", flat=True)) == sorted(job_ids)  # no job without its tick
-    assert set(jobs.values_list("status", flat=True)) == {"completed"}
+    status = dict(jobs.values_list("id", "status"))
+    # The workers stop one after the other: the last one may fire a tick a moment before its
+    # own SIGTERM, and a stopping worker claims nothing new. Only that last tick's job may be
+    # left, and only pending (the next worker runs it); every other one ran.
+    unfinished = [row for row in rows if status[row.job_id] != "completed"]
+    assert unfinished in ([], rows[-1:]), [(row.tick_at, status[row.job_id]) for row in unfinished]
+    assert all(status[row.job_id] == "pending" for row in unfinished)
 
 
 def test_ticks_missed_while_all_workers_were_down_coalesce_into_one_run(
