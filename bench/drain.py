@@ -81,21 +81,21 @@ def truncate() -> None:
     sql("TRUNCATE django_jobs_job, django_jobs_jobevent RESTART IDENTITY CASCADE")
 
 
-def enqueue_single(n: int) -> float:
+def enqueue_single(n: int, job_type: str = "test.noop") -> float:
     from django_jobs import enqueue
 
     started = time.perf_counter()
     for _ in range(n):
-        enqueue("test.noop", {})
+        enqueue(job_type, {})
     return n / (time.perf_counter() - started)
 
 
-def enqueue_bulk(n: int) -> float:
+def enqueue_bulk(n: int, job_type: str = "test.noop") -> float:
     from django_jobs import enqueue_many
 
     started = time.perf_counter()
     for start in range(0, n, 1000):
-        enqueue_many("test.noop", [{}] * min(1000, n - start))
+        enqueue_many(job_type, [{}] * min(1000, n - start))
     return n / (time.perf_counter() - started)
 
 
@@ -201,6 +201,11 @@ def main() -> None:
     add("--reps", type=int, default=1, help="drain repetitions (the median is printed)")
     add("--enq-n", type=int, default=2000, help="one-by-one enqueue() calls measured")
     add("--json", action="store_true", help="print a JSON line of the results at the end")
+    add(
+        "--type", default="test.noop",
+        help="the jobs' type (default test.noop; test.noop_external acts outside the database: "
+        "each start also asks whether a restore hold is open)",
+    )  # fmt: skip
     args = parser.parse_args()
 
     url = bench_url()
@@ -218,18 +223,18 @@ def main() -> None:
     where = urllib.parse.urlsplit(url)
     print("$ " + shlex.join([sys.executable, *sys.argv]))
     print(
-        f"database {where.hostname}:{where.port}/{BENCH_DB}, N={args.n}, workers={args.workers},"
+        f"database {where.hostname}:{where.port}/{BENCH_DB}, N={args.n} {args.type}, workers={args.workers},"
         f" concurrency={args.concurrency}, pool={args.pool}, batch size={batch_size}, reps={args.reps}"
     )
     truncate()
-    enqueue_single(50)  # warm-up: connection, imports
+    enqueue_single(50, args.type)  # warm-up: connection, imports
     truncate()
-    single = round(enqueue_single(args.enq_n), 1)
+    single = round(enqueue_single(args.enq_n, args.type), 1)
     print(f"enqueue one by one: {single} jobs/s ({args.enq_n} enqueue() calls, autocommit each)")
     runs: list[dict[str, Any]] = []
     for rep in range(args.reps):
         truncate()
-        bulk = enqueue_bulk(args.n)
+        bulk = enqueue_bulk(args.n, args.type)
         sql("ANALYZE")
         runs.append({**drain(args.n, args, url), "enqueue_bulk_jobs_per_s": round(bulk, 1)})
         r = runs[-1]

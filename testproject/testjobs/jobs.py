@@ -34,6 +34,12 @@ def noop(ctx: JobContext, payload: dict[str, Any]) -> None:
     pass
 
 
+@job("test.noop_external", external=True)
+def noop_external(ctx: JobContext, payload: dict[str, Any]) -> None:
+    """Does nothing, as a type whose effects may be outside the database: what a restore hold's
+    check before each start costs (bench/drain.py --type)."""
+
+
 @job("test.record", backoff=FAST)
 def record(ctx: JobContext, payload: dict[str, Any]) -> None:
     """Writes one business row keyed by the payload; a second write violates UNIQUE."""
