@@ -38,6 +38,12 @@ class RestoreStatus:
     live_workers: int
 
     @property
+    def reconcilable(self) -> list[str]:
+        """Of ``outside``, the types that can ask their provider (``reconcile``)."""
+        types = (registry.get(name) for name in self.outside)
+        return [t.name for t in types if t is not None and t.reconcile is not None]
+
+    @property
     def running_outside(self) -> int:
         return sum(n for (_, status_), n in self.waiting.items() if status_ == JobStatus.RUNNING)
 

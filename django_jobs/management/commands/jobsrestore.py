@@ -117,8 +117,10 @@ class Command(BaseCommand):
         for (job_type, status), count in sorted(found.waiting.items()):
             write(f"  {job_type}: {count} {status}")
         if hold is not None:
+            reconciling = ", ".join(found.reconcilable) or "none"
             write(
-                "Jobs of these types wait while the hold is open. Check with each provider what "
-                "happened after the restore point, then: manage.py jobsrestore release "
-                f"--hold {hold.id} --reason '...'"
+                "Jobs of these types wait while the hold is open. On release, those of types with "
+                f"reconcile ({reconciling}) ask their provider before they run again; the others are "
+                "parked for review, unless you answer for them: manage.py jobsrestore release "
+                f"--hold {hold.id} --reason '...' [--done JOB ...] [--not-done JOB ...]"
             )
