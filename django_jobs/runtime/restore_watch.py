@@ -10,6 +10,7 @@ docs/operations.md, "Restoring from a backup", for what the operator does.
 from __future__ import annotations
 
 import logging
+import time
 
 from django_jobs import logs
 from django_jobs.errors import DATABASE_UNAVAILABLE
@@ -19,6 +20,11 @@ from django_jobs.transitions import restore
 
 logger = logging.getLogger("django_jobs.worker")
 
+#: Seconds a "no hold is open" answer stands for the starts of jobs of external types. Asking
+#: before every start would cost a query per job; within this, a declared hold acts as if it
+#: had been declared a moment later.
+RECHECK = 0.2
+
 
 class RestoreWatch:
     def __init__(self, *, worker_id: str, job_types: dict[str, JobType]) -> None:
@@ -26,6 +32,7 @@ class RestoreWatch:
         #: The types whose jobs wait while a hold is open.
         self.outside = frozenset(name for name, job_type in job_types.items() if job_type.acts_outside)
         self._seen: Seen | None = None  # what the last look saw; None before the first
+        self._checked_at = -RECHECK  # when ``may_start`` last asked the database (monotonic)
         #: Whether a restore hold is open, as the last look found (True before the first look).
         self.held = True
 
@@ -35,17 +42,22 @@ class RestoreWatch:
 
     def may_start(self, job_type: str) -> bool:
         """Whether a claimed job of ``job_type`` may start now. For a type that acts outside,
-        the database is asked too (one small read): a hold declared, or opened by another
-        worker, since this worker's last look stops the job at once, not at the next look.
-        An unreachable database stops it as well (it is given back unstarted)."""
+        the database is asked too (one small read, at most every ``RECHECK`` seconds): a hold
+        declared, or opened by another worker, since this worker's last look stops its jobs
+        within that, not at the next look. An unreachable database stops them as well (they
+        are given back unstarted)."""
         if job_type not in self.outside:
             return True
         if self.held:
             return False
+        now = time.monotonic()
+        if now - self._checked_at < RECHECK:
+            return True
         try:
             open_now = restore.hold_open()
         except DATABASE_UNAVAILABLE:
             return False
+        self._checked_at = now
         if open_now:
             self.held = True  # until the next look says otherwise
             fields = logs.worker_fields(self._worker_id)

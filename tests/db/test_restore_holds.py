@@ -5,6 +5,7 @@ do from Python and from `manage.py jobsrestore`, bad input included."""
 from __future__ import annotations
 
 import logging
+import time
 import uuid
 from datetime import timedelta
 from io import StringIO
@@ -21,6 +22,7 @@ from django_jobs.decision import Happened
 from django_jobs.maintenance.rescuer import recover
 from django_jobs.models import DatabaseIdentity, Job, JobEvent, RestoreHold
 from django_jobs.restoring import Seen
+from django_jobs.runtime.restore_watch import RECHECK
 from django_jobs.runtime.worker import Worker
 from django_jobs.states import JobStatus
 from django_jobs.transitions import ActionRefused, claim, restore, restore_release
@@ -139,6 +141,17 @@ def test_a_job_claimed_before_the_hold_opened_is_given_back_unstarted() -> None:
     finished = worker._execute(claimed[0], worker._producer.lease_for(claimed[0]))
     assert finished.happened is Happened.NOT_STARTED
     assert worker._restore_watch.held  # and the worker's claims leave such jobs alone from now on
+
+
+def test_a_declared_hold_stops_starts_within_the_recheck_interval() -> None:
+    watch = Worker(concurrency=1, burst=True)._restore_watch
+    watch.run_once()
+    assert watch.may_start("test.unsafe")  # asked the database: no hold
+    restore_holds.declare(actor="ops", reason="restored last night's backup")
+    assert watch.may_start("test.unsafe")  # the answer stands for RECHECK seconds
+    time.sleep(RECHECK)
+    assert not watch.may_start("test.unsafe") and watch.held
+    assert watch.may_start("test.noop")  # inside the database: never asks
 
 
 def test_a_worker_that_has_not_looked_yet_holds_external_jobs() -> None:
@@ -380,7 +393,7 @@ def test_declaring_while_workers_run_says_what_they_do() -> None:
     worker._presence.report_alive()
     out = StringIO()
     call_command("jobsrestore", "declare", "--reason", "restored from backup", "--actor", "ops", stdout=out)
-    assert "1 worker(s) running: from now on they start no job of an external type" in out.getvalue()
+    assert "1 worker(s) running: they start no job of an external type from now on" in out.getvalue()
     assert "1 job(s) of those types are running now and go on" in out.getvalue()
 
 

@@ -10,6 +10,7 @@ from django.core.management.base import BaseCommand, CommandError
 from django_jobs import transitions
 from django_jobs.console import restore_holds
 from django_jobs.management.arguments import job_id
+from django_jobs.runtime.restore_watch import RECHECK
 from django_jobs.schema import require_migrated
 
 
@@ -74,8 +75,8 @@ class Command(BaseCommand):
         found = restore_holds.status()
         if found.live_workers:
             self.stdout.write(
-                f"{found.live_workers} worker(s) running: from now on they start no job of an external "
-                f"type (each asks the database before it starts one). {found.running_outside} job(s) of "
+                f"{found.live_workers} worker(s) running: they start no job of an external type from "
+                f"now on (within {RECHECK:g}s). {found.running_outside} job(s) of "
                 "those types are running now and go on: if one is lost, it is reconciled or parked "
                 "once the hold is released."
             )
