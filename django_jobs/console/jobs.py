@@ -1,12 +1,10 @@
 """The operator's console in the Django admin: the job admin, its list and a job's page.
 
 Read-only by design: nobody edits a payload or a status through a form. Every action (retry,
-cancel, resolve) goes through a confirmation page, is POST with CSRF, needs its own permission
-(``retry_job``, ``cancel_job``, ``resolve_job``), runs the same guarded transition as the workers,
-and leaves a ``JobEvent`` with who and why plus a Django ``LogEntry``
-(:mod:`~django_jobs.console.job_actions`). Pausing and resuming a queue (from the dashboard,
-permission ``pause_queue``) follows the same pattern, with a ``QueueEvent``
-(:mod:`~django_jobs.console.queues`).
+cancel, resolve; ``console.job_actions``) goes through a confirmation page, is POST with CSRF,
+needs its own permission, runs the same guarded transition as the workers, and leaves a
+``JobEvent`` with who and why plus a Django ``LogEntry``. Pausing a queue (``console.queues``)
+and a restore hold's actions (``console.restore_pages``) follow the same pattern.
 
 Built for tables of millions of rows (:mod:`~django_jobs.console.listing`): no full
 ``COUNT(*)``, filter choices from loose index scans, every filter and the search served by an
@@ -45,6 +43,7 @@ from django_jobs.console.listing import (
 )
 from django_jobs.console.pages import plain_refusal
 from django_jobs.console.queues import QueuePages
+from django_jobs.console.restore_pages import RestorePages
 from django_jobs.models import Job, JobEvent
 from django_jobs.observe import diagnosis
 from django_jobs.states import JobStatus
@@ -55,7 +54,7 @@ EVENTS_PER_PAGE = 50
 _EVENT_ID = re.compile(r"^[0-9]{1,18}$")
 
 
-class JobAdmin(JobActionPages, QueuePages):
+class JobAdmin(JobActionPages, QueuePages, RestorePages):
     """The job admin: the list, a job's page, and (from its parts) the actions' confirmation,
     the dashboard and the queue actions."""
 
@@ -291,10 +290,11 @@ class JobAdmin(JobActionPages, QueuePages):
     # ---- the pages of its parts ----------------------------------------------------------------
 
     def get_urls(self) -> list[URLPattern]:
-        site = self.admin_site
+        view = self.admin_site.admin_view
         return [
-            path("dashboard/", site.admin_view(self.dashboard_view), name="django_jobs_job_dashboard"),
-            path("act/<str:action_name>/", site.admin_view(self.action_view), name="django_jobs_job_action"),
-            path("queue/<str:verb>/", site.admin_view(self.queue_action_view), name="django_jobs_queue"),
+            path("dashboard/", view(self.dashboard_view), name="django_jobs_job_dashboard"),
+            path("act/<str:action_name>/", view(self.action_view), name="django_jobs_job_action"),
+            path("queue/<str:verb>/", view(self.queue_action_view), name="django_jobs_queue"),
+            path("restore/<str:verb>/", view(self.restore_action_view), name="django_jobs_restore"),
             *super().get_urls(),
         ]

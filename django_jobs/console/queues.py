@@ -100,6 +100,7 @@ class QueuePages(JobPages):
             "title": "Jobs dashboard",
             "board": dashboard.build(),
             "can_pause": request.user.has_perm(PAUSE_PERMISSION),
+            "can_release": request.user.has_perm("django_jobs.release_restore_hold"),
             "heartbeat_interval": jobs_settings.HEARTBEAT_INTERVAL,
         }
         return TemplateResponse(request, "admin/django_jobs/job/dashboard.html", context)

@@ -17,7 +17,7 @@ from django.utils import timezone
 from django_jobs.console import restore_holds
 from django_jobs.console.job_actions import ACTIONS
 from django_jobs.console.listing import EXACT_COUNT_LIMIT
-from django_jobs.models import ExternalCall, Job, JobEvent, LiveWorker
+from django_jobs.models import ExternalCall, Job, JobEvent, LiveWorker, RestoreHold
 from django_jobs.states import EventKind, JobStatus
 from tests.admin.console import DASHBOARD, LIST, act_url, staff
 from tests.factories import JobFactory
@@ -469,3 +469,50 @@ def listed(client: Client, restore: str) -> list[int]:
     page = client.get(LIST, {"restore": restore})
     assert page.status_code == 200
     return sorted(job.id for job in page.context["cl"].result_list)
+
+
+RESTORE = "/admin/django_jobs/job/restore/{}/"
+
+
+def test_declare_and_release_from_the_console_are_audited_and_bad_input_changes_nothing(
+    login: Callable[[User | None], Client], superuser: User
+) -> None:
+    viewer = login(staff("viewer", "view_job"))
+    assert viewer.get(RESTORE.format("declare")).status_code == 403  # needs release_restore_hold
+    client = login(superuser)
+    assert "Declare a restore…" in client.get(DASHBOARD).content.decode()
+    assert client.get(RESTORE.format("nope")).status_code == 400
+    assert client.post(RESTORE.format("declare"), {"reason": " "}).status_code == 400
+    assert not RestoreHold.objects.exists()
+    page = client.post(RESTORE.format("declare"), {"reason": "put back last night's copy"})
+    assert page.status_code == 302
+    hold = RestoreHold.objects.get()
+    assert (hold.kind, hold.opened_by, hold.evidence) == ("declared", "root", "put back last night's copy")
+
+    sent = JobFactory(type="test.provider_notice", payload={})
+    unsent = JobFactory(type="test.provider_notice", payload={})
+    charge = JobFactory(type="test.provider_charge", payload={})
+    Job.objects.filter(id__in=[sent.id, unsent.id, charge.id]).update(
+        created_at=timezone.now() - dt.timedelta(minutes=5)
+    )
+    page = client.get(RESTORE.format("release")).content.decode()
+    assert f"restore hold {hold.id}" in page and "test.provider_notice</code>: 2 pending" in page
+    for bad in ({"done": "12abc"}, {"done": "0"}, {"done": "99999999999999999999"}, {"done": "424242"},
+                {"done": str(sent.id), "not_done": str(sent.id)}, {"hold": str(hold.id + 1)}):  # fmt: skip
+        page = client.post(RESTORE.format("release"), {"reason": "checked", "hold": str(hold.id), **bad})
+        assert page.status_code == 400, bad
+        assert 'class="errornote"' in page.content.decode()
+    assert RestoreHold.objects.get().released_at is None and not JobEvent.objects.exists()
+
+    answers = {"done": f"{sent.id},", "not_done": f" {unsent.id} "}
+    page = client.post(
+        RESTORE.format("release"), {"reason": "provider checked", "hold": str(hold.id), **answers}
+    )
+    assert page.status_code == 302
+    hold.refresh_from_db()
+    assert (hold.released_by, hold.release_reason) == ("root", "provider checked")
+    assert hold.settled == {"to_reconcile": 1, "to_review": 0, "running": 0, "done": 1, "not_done": 1}
+    statuses = dict(Job.objects.values_list("id", "status"))
+    assert [statuses[j.id] for j in (sent, unsent, charge)] == ["completed", "pending", "pending"]
+    logged = LogEntry.objects.filter(object_id=str(hold.id), change_message="released: provider checked")
+    assert logged.exists()
