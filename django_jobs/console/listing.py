@@ -17,11 +17,11 @@ from django.http import HttpRequest
 from django.utils.functional import cached_property
 
 from django_jobs.conf import jobs_settings
+from django_jobs.console import restore_holds
 from django_jobs.errors import ErrorCode
 from django_jobs.models import Job
 from django_jobs.models.restore import open_hold
 from django_jobs.reads.estimates import estimated_rows
-from django_jobs.registry import registry
 from django_jobs.states import JobStatus
 
 #: Above this many rows (by the planner's estimate) the list shows an estimate, not a count.
@@ -184,7 +184,7 @@ class RestoreFilter(_TextFilter):
         if hold is None:
             return queryset.none()
         return queryset.filter(
-            type__in=[t.name for t in registry.all() if t.acts_outside],
+            type__in=restore_holds.outside_types(),
             status__in=(JobStatus.PENDING, JobStatus.RUNNING),
             created_at__lt=hold.opened_at,
         )

@@ -37,11 +37,8 @@ class RestoreStatus:
     #: Workers that reported within the silence threshold.
     live_workers: int
 
-    @property
-    def reconcilable(self) -> list[str]:
-        """Of ``outside``, the types that can ask their provider (``reconcile``)."""
-        types = (registry.get(name) for name in self.outside)
-        return [t.name for t in types if t is not None and t.reconcile is not None]
+    #: Of those, the types that can ask their provider (``reconcile``).
+    reconcilable: list[str]
 
     @property
     def running_outside(self) -> int:
@@ -59,6 +56,11 @@ def outside_types() -> list[str]:
     return sorted(job_type.name for job_type in registry.all() if job_type.acts_outside)
 
 
+def reconcilable_types() -> list[str]:
+    """Of ``outside_types()``, those that can ask their provider (``reconcile``)."""
+    return sorted(t.name for t in registry.all() if t.acts_outside and t.reconcile is not None)
+
+
 def status() -> RestoreStatus:
     alias = jobs_settings.DATABASE
     outside = outside_types()
@@ -74,6 +76,7 @@ def status() -> RestoreStatus:
         recorded=DatabaseIdentity.objects.using(alias).first(),
         live=restore.live_identity(),
         outside=outside,
+        reconcilable=reconcilable_types(),
         waiting={(type_, status_): n for type_, status_, n in counts},
         live_workers=sum(w.is_alive(now) for w in LiveWorker.objects.using(alias)),
     )
@@ -111,13 +114,13 @@ def release(
         raise ActionRefused("no restore hold is open")
     if hold_id is not None and hold_id != hold.id:
         raise ActionRefused(f"restore hold {hold_id} is not the open one (hold {hold.id} is)")
-    outside = [job_type for job_type in registry.all() if job_type.acts_outside]
+    reconcilable = reconcilable_types()
     settled = restore_release.release(
         hold.id,
         actor=actor,
         reason=reason,
-        reconcilable=[t.name for t in outside if t.reconcile is not None],
-        hookless=[t.name for t in outside if t.reconcile is None],
+        reconcilable=reconcilable,
+        hookless=[name for name in outside_types() if name not in reconcilable],
         done=done,
         not_done=not_done,
     )
