@@ -15,6 +15,7 @@ from django_jobs.errors import (
     InvalidOption,
     InvalidPayload,
     InvalidProgress,
+    InvalidWorkflow,
     JobCancelled,
     JobNotFound,
     PayloadTooLarge,
@@ -28,23 +29,29 @@ from django_jobs.errors import (
 from django_jobs.registry import Reconciliation, job
 from django_jobs.runtime.context import JobContext, LeaseLost
 from django_jobs.transitions import ActionRefused, CancelResult
+from django_jobs.workflow_plan import Chain, Group, Step
 
 if TYPE_CHECKING:
     from django_jobs.console.actions import cancel, retry
     from django_jobs.console.pausing import pause_queue, resume_queue
     from django_jobs.enqueueing import enqueue, enqueue_many
+    from django_jobs.console.actions import cancel_workflow
+    from django_jobs.workflows import enqueue_chain, enqueue_group, enqueue_workflow
 
 __all__ = [
     "ActionRefused",
     "Backoff",
     "CancelResult",
+    "Chain",
     "DeadlineExceeded",
     "EnqueueError",
     "ErrorCode",
+    "Group",
     "InvalidCheckpoint",
     "InvalidOption",
     "InvalidPayload",
     "InvalidProgress",
+    "InvalidWorkflow",
     "JobCancelled",
     "JobContext",
     "JobNotFound",
@@ -55,12 +62,17 @@ __all__ = [
     "Reconciliation",
     "RetryableError",
     "SkipJob",
+    "Step",
     "UnknownJobType",
     "UnknownQueue",
     "cancel",
+    "cancel_workflow",
     "compare_and_set",
     "enqueue",
+    "enqueue_chain",
+    "enqueue_group",
     "enqueue_many",
+    "enqueue_workflow",
     "job",
     "once",
     "pause_queue",
@@ -77,7 +89,11 @@ def __getattr__(name: str) -> Any:
         from django_jobs import enqueueing as module
 
         return getattr(module, name)
-    if name in ("retry", "cancel"):
+    if name in ("enqueue_chain", "enqueue_group", "enqueue_workflow"):
+        from django_jobs import workflows as module
+
+        return getattr(module, name)
+    if name in ("retry", "cancel", "cancel_workflow"):
         from django_jobs.console import actions as operations
 
         return getattr(operations, name)

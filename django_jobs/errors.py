@@ -54,6 +54,8 @@ class ErrorCode:
     #: Held by a restore hold and released: an execution after the restore point may have
     #: done its effect, and the restored database cannot say (``manage.py jobsrestore``).
     RESTORED = "RESTORED"
+    #: A workflow's step that did not run: a job it waited for did not end as it needs.
+    WORKFLOW_STOPPED = "WORKFLOW_STOPPED"
     SKIPPED = "SKIPPED"
     UNKNOWN = "UNKNOWN"
 
@@ -215,6 +217,12 @@ class InvalidOption(EnqueueError):
 class UnknownQueue(InvalidOption):
     """``DJANGO_JOBS["QUEUES"]`` is declared and does not name the queue: no worker is meant to
     serve it, so its jobs would wait forever."""
+
+
+class InvalidWorkflow(EnqueueError):
+    """A workflow that cannot be enqueued as written: an empty chain or group, a part used
+    twice, a bad policy, more jobs than the limit, or a step whose unique key another job
+    holds."""
 
 
 def undeclared_queue(queue: str, declared: Iterable[str]) -> str:

@@ -10,6 +10,11 @@ Who moves a job in and out of each status (docs/lifecycle.md has the diagram):
   is decided by ``django_jobs.decision.decide``.
 - ``completed``, ``skipped``, ``failed``, ``cancelled``: terminal for workers. Only an operator
   (manual retry) takes ``failed`` or ``cancelled`` back to ``pending``.
+- ``waiting``: a step of a workflow (``django_jobs.workflows``) born waiting for the jobs before
+  it. When the last of them ends, the same transaction makes it ``pending`` (its condition
+  holds: they completed, or its workflow runs on after a failure) or ``cancelled`` (it does
+  not: its chain stopped); an operator may cancel it. A step its workflow stopped goes back from
+  ``cancelled`` to ``waiting`` when an operator retries the job that stopped it.
 - ``needs_review``: an execution that may have done its effect is parked here when a blind
   retry of its type is unsafe (the reaper, or the outcome write), and so is a pending job of a
   type that cannot reconcile when a restore hold is released; an operator resolves or
@@ -22,6 +27,7 @@ from django.db import models
 
 
 class JobStatus(models.TextChoices):
+    WAITING = "waiting", "Waiting"
     PENDING = "pending", "Pending"
     RUNNING = "running", "Running"
     COMPLETED = "completed", "Completed"
@@ -32,7 +38,16 @@ class JobStatus(models.TextChoices):
 
 
 #: A job in one of these states is live: it will still run.
-ACTIVE_STATUSES: frozenset[str] = frozenset({JobStatus.PENDING, JobStatus.RUNNING})
+ACTIVE_STATUSES: frozenset[str] = frozenset({JobStatus.WAITING, JobStatus.PENDING, JobStatus.RUNNING})
+
+#: A job in one of these states has ended, as the jobs that wait for it count: a workflow's next
+#: step is decided when every job it waits for is in one of them. ``needs_review`` has not
+#: ended: a human will say how it did.
+ENDED_STATUSES: frozenset[str] = frozenset(
+    {JobStatus.COMPLETED, JobStatus.SKIPPED, JobStatus.FAILED, JobStatus.CANCELLED}
+)
+#: The ended statuses that count as a success for the steps that wait on them.
+SUCCEEDED_STATUSES: frozenset[str] = frozenset({JobStatus.COMPLETED, JobStatus.SKIPPED})
 
 #: A job in one of these states holds its unique key: a new job with the same key is not
 #: created. ``needs_review`` holds it too: the job was parked because running its operation
@@ -42,6 +57,9 @@ KEY_HOLDING_STATUSES: frozenset[str] = ACTIVE_STATUSES | {JobStatus.NEEDS_REVIEW
 
 #: The arrows of the state machine: source → the statuses it may move to.
 TRANSITIONS: dict[str, frozenset[str]] = {
+    # A workflow's step: due when the jobs it waits for ended as it needs, else stopped; or
+    # cancelled by an operator.
+    JobStatus.WAITING: frozenset({JobStatus.PENDING, JobStatus.CANCELLED}),
     # → needs_review: a restore hold's release, for a job whose type cannot reconcile, or that
     # the operator found done (then resolved at once: a pending job never completes unrun).
     JobStatus.PENDING: frozenset({JobStatus.RUNNING, JobStatus.CANCELLED, JobStatus.NEEDS_REVIEW}),
@@ -56,7 +74,9 @@ TRANSITIONS: dict[str, frozenset[str]] = {
         }
     ),
     JobStatus.FAILED: frozenset({JobStatus.PENDING}),
-    JobStatus.CANCELLED: frozenset({JobStatus.PENDING}),
+    # → waiting: a step its workflow stopped, resumed by an operator's retry of the job that
+    # stopped it.
+    JobStatus.CANCELLED: frozenset({JobStatus.PENDING, JobStatus.WAITING}),
     JobStatus.NEEDS_REVIEW: frozenset({JobStatus.PENDING, JobStatus.COMPLETED, JobStatus.FAILED}),
     JobStatus.COMPLETED: frozenset(),
     JobStatus.SKIPPED: frozenset(),
@@ -85,3 +105,9 @@ class EventKind(models.TextChoices):
     #: Released from a restore hold: its next execution reconciles first, or, if it is running
     #: and its execution is lost, it is reconciled or parked instead of retried.
     RESTORE_RELEASED = "restore_released", "Released from a restore hold"
+    #: A workflow's step: the jobs it waited for ended as it needs, and it became pending.
+    DUE = "due", "Due: the jobs it waited for ended"
+    #: A workflow's step cancelled because a job it waited for did not end as it needs.
+    STOPPED = "stopped", "Stopped by its workflow"
+    #: A stopped step waiting again: an operator retried the job that stopped it.
+    RESUMED = "resumed", "Resumed: waits again"

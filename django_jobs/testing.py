@@ -31,6 +31,7 @@ from django_jobs.runtime.executor import run
 from django_jobs.runtime.worker import Worker, WorkerStats, lease_for
 from django_jobs.states import ACTIVE_STATUSES, JobStatus
 from django_jobs.transitions import Claim, ClaimStatement
+from django_jobs.transitions import workflows as workflow_sql
 from django_jobs.transitions.claimable import claim_inputs
 
 
@@ -54,6 +55,7 @@ def run_one(queues: Sequence[str] | None = None, types: Sequence[str] | None = N
     inputs = claim_inputs(registry.among(types))
     if not inputs.versions:
         return None
+    _count_workflows_now(alias)
     statement = ClaimStatement(
         _WORKER_ID, list(queues or []), inputs.versions, inputs.leases, inputs.oldest, inputs.rate_limits
     )
@@ -92,11 +94,13 @@ def run_until_settled(
     *,
     in_thread: bool = False,
 ) -> None:
-    """Run jobs until no job is pending or running, waiting out retry backoffs.
+    """Run jobs until no job is waiting, pending or running, waiting out retry backoffs: a
+    workflow runs to its end, callbacks included.
 
     With ``in_thread``, one job at a time by :func:`run_one`, on this thread (a ``TestCase``
     works); otherwise by burst workers (:func:`run_jobs`). Raises ``TimeoutError`` if jobs are
-    still active after ``timeout`` seconds, and at once, in-thread inside a transaction, when
+    still active after ``timeout`` seconds; at once when only workflow steps are left, waiting
+    for jobs that need review or run in other queues; and at once, in-thread inside a transaction, when
     the jobs left wait for a later time: the database's clock stands still inside a
     transaction, so that time never comes.
     """
@@ -107,6 +111,11 @@ def run_until_settled(
     if queues:
         active = active.filter(queue__in=queues)
     while active.exists():
+        if not active.exclude(status=JobStatus.WAITING).exists():
+            raise TimeoutError(
+                f"{active.count()} job(s) wait for jobs that will not end by themselves: "
+                + _stuck(active)
+            )
         if time.monotonic() > deadline:
             raise TimeoutError(f"{active.count()} job(s) still active after {timeout}s")
         if in_thread:
@@ -128,6 +137,27 @@ def run_until_settled(
 
 
 _WORKER_ID = f"{socket.gethostname()}:testing"
+
+
+def _count_workflows_now(alias: str) -> None:
+    """Inside a transaction that will never commit (a ``TestCase``), count a workflow's large
+    groups at each statement: their counts are otherwise finished at commit
+    (``transitions.workflows``), and the callbacks would wait for a commit that never comes."""
+    connection = connections[alias]
+    if connection.in_atomic_block:
+        with connection.cursor() as cursor:
+            cursor.execute(f"SET CONSTRAINTS {workflow_sql.LEAF_TRIGGER} IMMEDIATE")
+
+
+def _stuck(active: QuerySet[Job]) -> str:
+    """The jobs the waiting ones wait for that are parked (``needs_review``), or a hint."""
+    parked = Job.objects.using(jobs_settings.DATABASE).filter(
+        workflow_id__in=active.values("workflow_id"), status=JobStatus.NEEDS_REVIEW
+    )
+    ids = list(parked.values_list("id", flat=True)[:10])
+    if ids:
+        return f"jobs {', '.join(map(str, ids))} need review; resolve or retry them"
+    return "the jobs they wait for are in queues not run here"
 
 
 def _seconds_until_next_due(active: QuerySet[Job]) -> float:

@@ -18,12 +18,14 @@ import os
 import socket
 from typing import TYPE_CHECKING
 
+from django.db import connections
+
 from django_jobs import transitions
 from django_jobs.conf import jobs_settings
 from django_jobs.console import audit as consolelog
 from django_jobs.console.reasons import MAX_ACTOR_CHARS, MAX_REASON_CHARS, check_text, reason_problem
 from django_jobs.errors import JobNotFound
-from django_jobs.models import Job
+from django_jobs.models import Job, Workflow
 from django_jobs.observe.diagnosis import MAX_JOB_ID
 from django_jobs.states import JobStatus
 from django_jobs.transitions import ActionRefused, CancelResult
@@ -31,7 +33,8 @@ from django_jobs.transitions import ActionRefused, CancelResult
 # With the rules of who and why (MAX_*_CHARS, reason_problem), which callers such as
 # ``manage.py jobs`` check before they call.
 __all__ = [
-    "LIST_COLUMNS", "MAX_ACTOR_CHARS", "MAX_LISTED", "MAX_REASON_CHARS", "cancel", "default_actor",
+    "LIST_COLUMNS", "MAX_ACTOR_CHARS", "MAX_LISTED", "MAX_REASON_CHARS", "cancel", "cancel_workflow",
+    "default_actor",
     "newest_jobs", "reason_problem", "resolve", "retry",
 ]  # fmt: skip
 
@@ -82,6 +85,29 @@ def cancel(job_id: int, *, reason: str, actor: Actor | None = None) -> str:
         done = "cancelled" if result == CancelResult.CANCELLED else "cancellation requested"
         audit.log(job, f"{done}: {reason}")
     return result
+
+
+def cancel_workflow(workflow_id: int, *, reason: str, actor: Actor | None = None) -> tuple[int, int]:
+    """Cancel a workflow: every job of it not started (pending or waiting) is cancelled at once,
+    and the cancellation of every running one is requested. Returns (cancelled, requested).
+
+    A job it cancelled is not resumed by a later retry of another job (only the steps the
+    workflow itself stopped are). Raises ``ValueError`` for a bad reason or actor, and
+    ``LookupError`` for an id no workflow has; nothing is written then.
+    """
+    name = _actor_name(actor)
+    _check_reason(reason)
+    if isinstance(workflow_id, bool) or not isinstance(workflow_id, int) or not 1 <= workflow_id <= MAX_JOB_ID:
+        raise ValueError(f"{workflow_id!r} is not a workflow id")
+    alias = jobs_settings.DATABASE
+    with consolelog.audited_change(_user(actor)) as audit:
+        workflow = Workflow.objects.using(alias).filter(id=workflow_id).first()
+        if workflow is None:
+            raise LookupError(f"no workflow has id {workflow_id}")
+        with connections[alias].cursor() as cursor:
+            cancelled, requested = transitions.cancel_workflow(cursor, workflow_id, name, reason)
+        audit.log(workflow, f"workflow cancelled ({cancelled} jobs cancelled, {requested} asked to stop): {reason}")
+    return cancelled, requested
 
 
 def resolve(job_id: int, *, to: str, reason: str, actor: Actor | None = None) -> None:

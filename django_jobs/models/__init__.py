@@ -1,6 +1,7 @@
 """The tables of django_jobs, by role: ``jobs`` (the job table and its reads), ``coordination``
 (what workers coordinate through: paused queues, concurrency keys, rate windows, schedule ticks
-and state, live workers), ``restore`` (the database's identity as workers saw it, restore holds)
+and state, live workers), ``workflows`` (workflows, their steps and what the steps wait for),
+``restore`` (the database's identity as workers saw it, restore holds)
 and ``audit`` (what happened: events, calls out, effects done, log
 entries owed).
 
@@ -31,9 +32,16 @@ from django_jobs.models.coordination import (
 )
 from django_jobs.models.jobs import Job, JobQuerySet
 from django_jobs.models.restore import DatabaseIdentity, RestoreHold
+from django_jobs.models.workflows import Barrier, RunsIf, StepRole, Workflow, WorkflowKind, WorkflowStep
 
 __all__ = [
     "SILENT_AFTER_BEATS",
+    "Barrier",
+    "RunsIf",
+    "StepRole",
+    "Workflow",
+    "WorkflowKind",
+    "WorkflowStep",
     "ConcurrencyKey",
     "DatabaseIdentity",
     "ExternalCall",

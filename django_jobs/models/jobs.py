@@ -152,6 +152,10 @@ class Job(models.Model):
     retried_by = models.CharField(max_length=150, null=True, blank=True)
     retried_at = models.DateTimeField(null=True, blank=True)
 
+    #: The workflow this job is a member of (``django_jobs.workflows``); NULL for most jobs. A
+    #: plain column, not a foreign key: a key's check would cost every enqueue a trigger.
+    workflow_id = models.BigIntegerField(null=True, blank=True, editable=False)
+
     created_at = models.DateTimeField(db_default=Now())
     completed_at = models.DateTimeField(null=True, blank=True)
     failed_at = models.DateTimeField(null=True, blank=True)
@@ -238,6 +242,20 @@ class Job(models.Model):
             models.Index(
                 fields=["unique_key"], name="django_jobs_unique_key", condition=Q(unique_key__isnull=False)
             ),
+            # A workflow's members, for its page and the results its callbacks read.
+            models.Index(
+                fields=["workflow_id", "id"],
+                name="django_jobs_workflow_members",
+                condition=Q(workflow_id__isnull=False),
+                include=["status"],
+            ),
+            # The members of a workflow that have not ended (or await review): whether the
+            # workflow still runs, read by retention before it prunes a member.
+            models.Index(
+                fields=["workflow_id"],
+                name="django_jobs_workflow_live",
+                condition=Q(workflow_id__isnull=False, status__in=sorted(KEY_HOLDING_STATUSES)),
+            ),
             # The claim counts the running jobs of each concurrency key it starts jobs of.
             models.Index(
                 fields=["type", "concurrency_key"],
@@ -248,7 +266,7 @@ class Job(models.Model):
         constraints = (
             models.UniqueConstraint(
                 fields=["type", "unique_key"],
-                name="django_jobs_unique_key_held",
+                name="django_jobs_unique_key_kept",
                 condition=Q(status__in=sorted(KEY_HOLDING_STATUSES), unique_key__isnull=False),
             ),
             # The backstop of a concurrency limit of 1: the claim never starts a second job of a

@@ -20,6 +20,7 @@ from typing import Any
 from django_jobs import effects, transitions
 from django_jobs.conf import jobs_settings
 from django_jobs.errors import DeadlineExceeded, InvalidCheckpoint, InvalidProgress, JobCancelled
+from django_jobs.reads import workflows as workflow_reads
 from django_jobs.jsonvalues import bounded_problem, encode, plain_json_problem
 from django_jobs.runtime.lease import Lease
 from django_jobs.runtime.side_writes import InlineWriter, SideWriter
@@ -116,6 +117,31 @@ class JobContext:
                 f"anchor must be a non-empty string naming the business operation, not {anchor!r}"
             )
         return ":".join([self.type, anchor, *(str(p) for p in parts)])
+
+    def parent_result(self) -> Any:
+        """What the job this workflow step waited for returned (None if it returned nothing).
+
+        For a step of a chain after a single step. Raises ``ValueError`` for a job that is not
+        such a step: one that waits for nothing, or for several jobs (read those with
+        :meth:`upstream`).
+        """
+        waited = workflow_reads.waits(self.job_id)
+        if waited is None:
+            raise ValueError(f"job {self.job_id} waits for no other job: it is not a later step of a workflow")
+        if waited.leaves or waited.size != 1:
+            raise ValueError(
+                f"job {self.job_id} waited for {waited.size} jobs, not one: read them with ctx.upstream()"
+            )
+        return next(iter(workflow_reads.results(waited))).result
+
+    def upstream(self) -> workflow_reads.Upstream:
+        """The jobs this workflow step (or callback) waited for: ``.summary()`` counts them by
+        status, ``.results()`` yields each one's outcome and result. Raises ``ValueError`` for a
+        job that waits for nothing."""
+        waited = workflow_reads.waits(self.job_id)
+        if waited is None:
+            raise ValueError(f"job {self.job_id} waits for no other job: it is not a later step of a workflow")
+        return workflow_reads.Upstream(waited)
 
     def effect(self, key: str) -> AbstractContextManager[bool]:
         """``effects.once(key)`` recorded with this job: a database-local effect, at most once.

@@ -18,7 +18,9 @@ Time is always the database's ``now()``.
 - ``calls``: the marks an execution commits before it calls out, and their ends;
 - ``recovery``: the reaper's writes (expired leases, retention);
 - ``schedules``: the tick rows of periodic jobs (one per tick, whatever the workers);
-- ``workers``: worker processes reporting themselves alive.
+- ``workers``: worker processes reporting themselves alive;
+- ``workflows``: jobs born waiting, the triggers that make them due (or stop or resume them)
+  when the jobs they wait for end, and an operator's cancel of a whole workflow.
 - ``guards``: the ownership guard as the statements of many jobs write it (a query plan's
   matter, see there).
 """
@@ -58,6 +60,7 @@ from django_jobs.transitions.schedules import (
 from django_jobs.transitions.schedules import disable as disable_schedule
 from django_jobs.transitions.schedules import enable as enable_schedule
 from django_jobs.transitions.workers import any_active, forget_worker, report_worker
+from django_jobs.transitions.workflows import cancel_workflow
 
 __all__ = [
     "RETRYABLE_BY_OPERATOR",
@@ -75,6 +78,7 @@ __all__ = [
     "any_active",
     "cancel",
     "cancel_requested_among",
+    "cancel_workflow",
     "claim",
     "claim_statement",
     "claim_tick",

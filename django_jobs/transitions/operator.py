@@ -8,14 +8,20 @@ from django.db import IntegrityError, connections, transaction
 from django_jobs.conf import jobs_settings
 from django_jobs.states import JobStatus
 
+# A job not started: pending, or a workflow's step waiting for the jobs before it. The old row is
+# locked first so the event can say which state the job left.
 _CANCEL_PENDING = """
-WITH moved AS (
-    UPDATE django_jobs_job SET status = 'cancelled', cancel_requested_at = now(), finished_at = now()
-    WHERE id = %(id)s AND status = 'pending'
-    RETURNING id, attempts
+WITH old AS (
+    SELECT id, status FROM django_jobs_job
+    WHERE id = %(id)s AND status IN ('pending', 'waiting')
+    FOR UPDATE
+), moved AS (
+    UPDATE django_jobs_job j SET status = 'cancelled', cancel_requested_at = now(), finished_at = now()
+    FROM old WHERE j.id = old.id AND j.status = old.status
+    RETURNING j.id, old.status, j.attempts
 ), events AS (
     INSERT INTO django_jobs_jobevent (job_id, kind, from_status, to_status, attempt, actor, reason)
-    SELECT id, 'cancelled', 'pending', 'cancelled', attempts, %(actor)s, %(reason)s FROM moved
+    SELECT id, 'cancelled', status, 'cancelled', attempts, %(actor)s, %(reason)s FROM moved
 )
 SELECT id FROM moved
 """
@@ -38,13 +44,14 @@ SELECT id FROM marked
 
 
 class CancelResult:
-    CANCELLED = "cancelled"  # it was pending: cancelled at once
+    CANCELLED = "cancelled"  # it was pending (or waiting): cancelled at once
     REQUESTED = "requested"  # it is running: its execution will stop cooperatively
     NOT_CANCELLABLE = "not_cancellable"  # finished, or cancellation already requested
 
 
 def cancel(job_id: int, *, actor: str | None = None, reason: str | None = None) -> str:
-    """Cancel a job: a pending one at once, a running one cooperatively. Returns a ``CancelResult``."""
+    """Cancel a job: a pending or waiting one at once, a running one cooperatively. Returns a
+    ``CancelResult``."""
     params = {"id": job_id, "actor": actor, "reason": reason}
     with connections[jobs_settings.DATABASE].cursor() as cursor:
         cursor.execute(_CANCEL_PENDING, params)

@@ -545,3 +545,26 @@ def provider_charge(ctx: JobContext, payload: dict[str, Any]) -> None:
 def provider_notice(ctx: JobContext, payload: dict[str, Any]) -> None:
     """A message sent through a provider that keeps no record to ask: no reconcile."""
     _provider_call(ctx, payload)
+
+
+@job("test.step", backoff=FAST)
+def step(ctx: JobContext, payload: dict[str, Any]) -> Any:
+    """A workflow's step: records its run (once per key), fails when told, and returns what it
+    was given plus what the step before it returned (``parent``), when told to read it."""
+    BusinessRow.objects.create(key=payload["key"], job_id=ctx.job_id, execution_id=ctx.execution_id)
+    if payload.get("fail"):
+        raise PermanentError("told to fail", code="STEP_FAILED")
+    if payload.get("sleep"):
+        time.sleep(payload["sleep"])
+    parent = ctx.parent_result() if payload.get("read_parent") else None
+    return {"n": payload.get("n"), "parent": parent}
+
+
+@job("test.summarise", backoff=FAST)
+def summarise(ctx: JobContext, payload: dict[str, Any]) -> dict[str, Any]:
+    """A workflow's callback: records its run (a second one violates UNIQUE) and returns the
+    summary of the jobs it waited for, and how many results it read."""
+    BusinessRow.objects.create(key=payload["key"], job_id=ctx.job_id, execution_id=ctx.execution_id)
+    upstream = ctx.upstream()
+    read = sum(1 for _ in upstream.results())
+    return {"summary": upstream.summary(), "read": read}

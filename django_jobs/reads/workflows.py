@@ -1,0 +1,155 @@
+"""The reads of workflows: what a step waits for (for ``ctx.upstream()``, ``explainjob`` and
+the console), the outcomes and results of those jobs, and a workflow's members for its page.
+
+A step waits on one barrier; the jobs it waits for are those that feed that barrier, or feed
+its leaves when it is a tree (``models/workflows.py``). Each statement reaches them through the
+step table's ``(feeds, job)`` index, a leaf's worth at a time.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from django.db import connections
+
+from django_jobs.conf import jobs_settings
+
+#: The barrier a job waits on, its counts, and its leaves (none unless it is a tree).
+WAITS_ON = """
+SELECT b.id, b.size, b.remaining, b.failed, s.workflow_id, s.runs_if, s.role,
+       ARRAY(SELECT l.id FROM django_jobs_barrier l WHERE l.parent_id = b.id ORDER BY l.id)
+FROM django_jobs_workflowstep s JOIN django_jobs_barrier b ON b.id = s.waits_on_id
+WHERE s.job_id = %s
+"""
+#: The outcome of every job feeding these barriers, in id order.
+FED_BY = """
+SELECT j.id, j.type, j.status, j.return_value, j.last_error_code, j.worker_id
+FROM django_jobs_workflowstep s JOIN django_jobs_job j ON j.id = s.job_id
+WHERE s.feeds_id = ANY(%s)
+ORDER BY s.job_id
+"""
+#: How many of the jobs feeding these barriers are in each status.
+FED_BY_STATUS = """
+SELECT j.status, count(*)
+FROM django_jobs_workflowstep s JOIN django_jobs_job j ON j.id = s.job_id
+WHERE s.feeds_id = ANY(%s)
+GROUP BY j.status
+"""
+#: The members of a workflow with their places, in the order they were written.
+MEMBERS = """
+SELECT j.id, j.type, j.status, j.queue, j.last_error_code, s.position, s.stage, s.role,
+       s.runs_if, s.feeds_id, s.waits_on_id
+FROM django_jobs_workflowstep s JOIN django_jobs_job j ON j.id = s.job_id
+WHERE s.workflow_id = %s
+ORDER BY s.position
+LIMIT %s
+"""
+#: How many members of a workflow are in each status (the (workflow_id, id) index, with status).
+MEMBER_STATUSES = "SELECT status, count(*) FROM django_jobs_job WHERE workflow_id = %s GROUP BY status"
+
+#: Leaves read per statement: 16 leaves of 64 jobs.
+_LEAVES_PER_READ = 16
+
+
+@dataclass(frozen=True)
+class Waits:
+    """What a waiting step waits for."""
+
+    barrier_id: int
+    #: Jobs it waits for (leaves, for a tree: see ``jobs``), and how many have not ended.
+    size: int
+    remaining: int
+    failed: int
+    workflow_id: int
+    runs_if: str
+    role: str
+    leaves: tuple[int, ...]
+
+    @property
+    def fed_by(self) -> list[int]:
+        """The barriers whose jobs it waits for: its leaves, or itself."""
+        return list(self.leaves) or [self.barrier_id]
+
+
+@dataclass(frozen=True)
+class MemberResult:
+    """One job a step waited for, as it ended."""
+
+    job_id: int
+    type: str
+    status: str
+    #: What its handler returned (None if it returned nothing, or did not complete).
+    result: Any
+    error_code: str | None
+    worker_id: str | None
+
+
+class Upstream:
+    """The jobs a workflow's step waited for, as a handler reads them (``ctx.upstream()``)."""
+
+    def __init__(self, waited: Waits) -> None:
+        self.workflow_id = waited.workflow_id
+        self._waited = waited
+
+    def summary(self) -> dict[str, int]:
+        """How many of them ended in each status, e.g. ``{"completed": 998, "failed": 2}``."""
+        return summary(self._waited)
+
+    def results(self) -> Iterator[MemberResult]:
+        """Each of them as it ended (id, type, status, result, error code), in id order; read
+        a thousand at a time, so that a group of 100,000 never sits in memory whole."""
+        return results(self._waited)
+
+    def __repr__(self) -> str:
+        return f"<Upstream of workflow {self.workflow_id}: barrier {self._waited.barrier_id}>"
+
+
+def waits(job_id: int) -> Waits | None:
+    """What the job waits for, or None for a job that waits for nothing."""
+    with connections[jobs_settings.DATABASE].cursor() as cursor:
+        cursor.execute(WAITS_ON, [job_id])
+        row = cursor.fetchone()
+    if row is None:
+        return None
+    return Waits(*row[:7], leaves=tuple(row[7]))
+
+
+def results(waited: Waits) -> Iterator[MemberResult]:
+    """The jobs ``waited`` counts, as they ended, in id order, a few leaves per read."""
+    fed_by = waited.fed_by
+    for start in range(0, len(fed_by), _LEAVES_PER_READ):
+        with connections[jobs_settings.DATABASE].cursor() as cursor:
+            cursor.execute(FED_BY, [fed_by[start : start + _LEAVES_PER_READ]])
+            rows = cursor.fetchall()
+        for row in rows:
+            yield MemberResult(row[0], row[1], row[2], _json(row[3]), row[4], row[5])
+
+
+def summary(waited: Waits) -> dict[str, int]:
+    """How many of the jobs ``waited`` counts are in each status."""
+    with connections[jobs_settings.DATABASE].cursor() as cursor:
+        cursor.execute(FED_BY_STATUS, [waited.fed_by])
+        return {status: count for status, count in cursor.fetchall()}
+
+
+def members(workflow_id: int, limit: int) -> list[tuple[Any, ...]]:
+    """The first ``limit`` members of a workflow (see ``MEMBERS`` for the columns)."""
+    with connections[jobs_settings.DATABASE].cursor() as cursor:
+        cursor.execute(MEMBERS, [workflow_id, limit])
+        return list(cursor.fetchall())
+
+
+def member_statuses(workflow_id: int) -> dict[str, int]:
+    with connections[jobs_settings.DATABASE].cursor() as cursor:
+        cursor.execute(MEMBER_STATUSES, [workflow_id])
+        return {status: count for status, count in cursor.fetchall()}
+
+
+def _json(value: Any) -> Any:
+    """A jsonb column as psycopg gives it through Django's raw cursor (text or decoded)."""
+    if isinstance(value, str):
+        return json.loads(value)
+    return value
