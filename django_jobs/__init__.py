@@ -32,10 +32,9 @@ from django_jobs.transitions import ActionRefused, CancelResult
 from django_jobs.workflow_plan import Chain, Group, Step
 
 if TYPE_CHECKING:
-    from django_jobs.console.actions import cancel, retry
+    from django_jobs.console.actions import cancel, cancel_workflow, retry
     from django_jobs.console.pausing import pause_queue, resume_queue
     from django_jobs.enqueueing import enqueue, enqueue_many
-    from django_jobs.console.actions import cancel_workflow
     from django_jobs.workflows import enqueue_chain, enqueue_group, enqueue_workflow
 
 __all__ = [
@@ -90,9 +89,9 @@ def __getattr__(name: str) -> Any:
 
         return getattr(module, name)
     if name in ("enqueue_chain", "enqueue_group", "enqueue_workflow"):
-        from django_jobs import workflows as module
+        from django_jobs import workflows
 
-        return getattr(module, name)
+        return getattr(workflows, name)
     if name in ("retry", "cancel", "cancel_workflow"):
         from django_jobs.console import actions as operations
 

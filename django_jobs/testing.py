@@ -30,8 +30,7 @@ from django_jobs.runtime import outcomes
 from django_jobs.runtime.executor import run
 from django_jobs.runtime.worker import Worker, WorkerStats, lease_for
 from django_jobs.states import ACTIVE_STATUSES, JobStatus
-from django_jobs.transitions import Claim, ClaimStatement
-from django_jobs.transitions import workflows as workflow_sql
+from django_jobs.transitions import Claim, ClaimStatement, workflow_triggers
 from django_jobs.transitions.claimable import claim_inputs
 
 
@@ -113,8 +112,7 @@ def run_until_settled(
     while active.exists():
         if not active.exclude(status=JobStatus.WAITING).exists():
             raise TimeoutError(
-                f"{active.count()} job(s) wait for jobs that will not end by themselves: "
-                + _stuck(active)
+                f"{active.count()} job(s) wait for jobs that will not end by themselves: " + _stuck(active)
             )
         if time.monotonic() > deadline:
             raise TimeoutError(f"{active.count()} job(s) still active after {timeout}s")
@@ -142,11 +140,11 @@ _WORKER_ID = f"{socket.gethostname()}:testing"
 def _count_workflows_now(alias: str) -> None:
     """Inside a transaction that will never commit (a ``TestCase``), count a workflow's large
     groups at each statement: their counts are otherwise finished at commit
-    (``transitions.workflows``), and the callbacks would wait for a commit that never comes."""
+    (``transitions.workflow_triggers``), and the callbacks would wait for a commit that never comes."""
     connection = connections[alias]
     if connection.in_atomic_block:
         with connection.cursor() as cursor:
-            cursor.execute(f"SET CONSTRAINTS {workflow_sql.LEAF_TRIGGER} IMMEDIATE")
+            cursor.execute(f"SET CONSTRAINTS {workflow_triggers.LEAF_TRIGGER} IMMEDIATE")
 
 
 def _stuck(active: QuerySet[Job]) -> str:

@@ -31,6 +31,30 @@ LEAF_SIZE = 64
 #: When a step after the first, or a callback, runs: every job it waits for completed (or was
 #: skipped), at least one failed or was cancelled, or they all ended however.
 SUCCEEDED, FAILED, ENDED = "succeeded", "failed", "ended"
+#: Where a waiting step goes once every job it waits for has ended: by its condition, and by
+#: whether one of them failed or was cancelled. The trigger that moves it is written from this
+#: table (``transitions.workflow_triggers``).
+WHEN_ENDED: dict[tuple[str, bool], str] = {
+    (SUCCEEDED, False): "pending",
+    (SUCCEEDED, True): "cancelled",
+    (FAILED, False): "cancelled",
+    (FAILED, True): "pending",
+    (ENDED, False): "pending",
+    (ENDED, True): "pending",
+}
+
+
+def runs_condition(runs_if: str, any_failed: str) -> str:
+    """SQL that is true when a step runs by :data:`WHEN_ENDED`, from the SQL of its condition
+    and of whether one of the jobs it waited for failed."""
+    arms = []
+    for failed in (False, True):
+        conditions = sorted(c for (c, f), status in WHEN_ENDED.items() if f is failed and status == "pending")
+        listed = ", ".join(f"'{c}'" for c in conditions)
+        arms.append(f"({'' if failed else 'NOT '}{any_failed} AND {runs_if} IN ({listed}))")
+    return " OR ".join(arms)
+
+
 #: A chain's policy after a failed step: the rest of the chain is cancelled ("stop"), or runs
 #: anyway ("continue").
 ON_FAILURE = {"stop": SUCCEEDED, "continue": ENDED}
@@ -131,7 +155,9 @@ def plan(
             stage = built.barriers[barrier].stage + 1
             built.jobs.append(PlannedJob(step, role, stage, role, barrier, runs[role]))
     if built.members > MAX_JOBS:
-        raise InvalidWorkflow(f"a workflow holds at most {MAX_JOBS:,} jobs besides its callbacks, not {built.members:,}")
+        raise InvalidWorkflow(
+            f"a workflow holds at most {MAX_JOBS:,} jobs besides its callbacks, not {built.members:,}"
+        )
     return built
 
 
@@ -140,7 +166,9 @@ def _add(
 ) -> list[int]:
     """Add ``node`` waiting on ``waits_on``; return the indexes of its last jobs."""
     if id(node) in seen:
-        raise InvalidWorkflow(f"{path} appears twice in the workflow (a cycle, or a part reused): make a new one")
+        raise InvalidWorkflow(
+            f"{path} appears twice in the workflow (a cycle, or a part reused): make a new one"
+        )
     if stage >= MAX_STAGES:
         raise InvalidWorkflow(f"{path}: a workflow runs at most {MAX_STAGES} steps one after another")
     if isinstance(node, Step):

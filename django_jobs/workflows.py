@@ -6,7 +6,7 @@ shape of the whole as ``workflow_plan.plan`` does, before anything is written; t
 workflow, its barriers, its jobs and their steps are inserted together, inside a savepoint, so
 that a refused workflow (a step whose unique key another job holds) leaves nothing behind.
 The first steps are born ``pending``; every other one ``waiting``, until the jobs it waits for
-have ended (``transitions.workflows`` has the triggers that decide it).
+have ended (``transitions.workflow_triggers`` has the triggers that decide it).
 """
 
 from __future__ import annotations
@@ -99,7 +99,9 @@ def enqueue_workflow(
                 "stages": [job.stage for job in built.jobs],
                 "roles": [job.role for job in built.jobs],
                 "feeds": [None if job.feeds is None else barrier_ids[job.feeds] for job in built.jobs],
-                "waits_on": [None if job.waits_on is None else barrier_ids[job.waits_on] for job in built.jobs],
+                "waits_on": [
+                    None if job.waits_on is None else barrier_ids[job.waits_on] for job in built.jobs
+                ],
                 "runs_if": [job.runs_if for job in built.jobs],
                 "delays": delays_when_due,
             },
@@ -124,7 +126,14 @@ def _columns(built: Plan) -> tuple[dict[str, list[Any]], list[float]]:
         step = job.step
         try:
             job_type = resolve_type(step.type)
-            key = (job_type.name, step.queue, step.priority, step.run_at, _hashable(step.delay), step.max_attempts)
+            key = (
+                job_type.name,
+                step.queue,
+                step.priority,
+                step.run_at,
+                _hashable(step.delay),
+                step.max_attempts,
+            )
             options = checked.get(key)
             if options is None:
                 options = checked[key] = validate_options(
@@ -195,7 +204,9 @@ def _held_keys(cursor: Any, built: Plan, inserted: list[tuple[int, str, str | No
         cursor.execute(sql.KEY_HOLDERS, [job_type, [job.step.unique_key]])
         holder = cursor.fetchone()
         held_by = f"job {holder[1]}" if holder and holder[1] not in ours else "another step of this workflow"
-        named.append(f"{job.path}: unique key {job.step.unique_key!r} of type {job_type} is held by {held_by}")
+        named.append(
+            f"{job.path}: unique key {job.step.unique_key!r} of type {job_type} is held by {held_by}"
+        )
     return "; ".join(named[:5]) or "a step's unique key is held by another job"
 
 

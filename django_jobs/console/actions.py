@@ -18,8 +18,6 @@ import os
 import socket
 from typing import TYPE_CHECKING
 
-from django.db import connections
-
 from django_jobs import transitions
 from django_jobs.conf import jobs_settings
 from django_jobs.console import audit as consolelog
@@ -97,16 +95,21 @@ def cancel_workflow(workflow_id: int, *, reason: str, actor: Actor | None = None
     """
     name = _actor_name(actor)
     _check_reason(reason)
-    if isinstance(workflow_id, bool) or not isinstance(workflow_id, int) or not 1 <= workflow_id <= MAX_JOB_ID:
+    if (
+        isinstance(workflow_id, bool)
+        or not isinstance(workflow_id, int)
+        or not 1 <= workflow_id <= MAX_JOB_ID
+    ):
         raise ValueError(f"{workflow_id!r} is not a workflow id")
     alias = jobs_settings.DATABASE
     with consolelog.audited_change(_user(actor)) as audit:
         workflow = Workflow.objects.using(alias).filter(id=workflow_id).first()
         if workflow is None:
             raise LookupError(f"no workflow has id {workflow_id}")
-        with connections[alias].cursor() as cursor:
-            cancelled, requested = transitions.cancel_workflow(cursor, workflow_id, name, reason)
-        audit.log(workflow, f"workflow cancelled ({cancelled} jobs cancelled, {requested} asked to stop): {reason}")
+        cancelled, requested = transitions.cancel_workflow(workflow_id, actor=name, reason=reason)
+        audit.log(
+            workflow, f"workflow cancelled ({cancelled} jobs cancelled, {requested} asked to stop): {reason}"
+        )
     return cancelled, requested
 
 

@@ -6,7 +6,7 @@
   rewrite) and two partial indexes that hold member jobs alone (empty until workflows are used).
 - The status ``waiting``: the check of valid statuses is replaced ``NOT VALID`` and validated
   apart, which reads the table without blocking its writes.
-- The triggers that count member jobs as they end (``transitions.workflows``).
+- The triggers that count member jobs as they end (``transitions.workflow_triggers``).
 
 Migration 0021 widens the unique keys to waiting jobs, with indexes built concurrently.
 """
@@ -15,7 +15,7 @@ import django.db.models.deletion
 import django.db.models.functions.datetime
 from django.db import migrations, models
 
-from django_jobs.transitions import workflows
+from django_jobs.transitions import workflow_triggers
 
 VALID_STATUSES = """
 ALTER TABLE django_jobs_job DROP CONSTRAINT django_jobs_status_valid;
@@ -163,5 +163,5 @@ class Migration(migrations.Migration):
             model_name='workflowstep',
             index=models.Index(condition=models.Q(('feeds__isnull', False)), fields=['feeds', 'job'], name='django_jobs_step_feeds'),
         ),
-        migrations.RunSQL(workflows.INSTALL_TRIGGERS, workflows.DROP_TRIGGERS),
+        migrations.RunSQL(workflow_triggers.INSTALL_TRIGGERS, workflow_triggers.DROP_TRIGGERS),
     ]

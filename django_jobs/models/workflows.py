@@ -5,7 +5,7 @@ waits for that have not ended yet).
 A member job feeds at most one barrier; any number of steps wait on one. A barrier of more than
 ``workflow_plan.LEAF_SIZE`` jobs is a tree: leaves of that many jobs, and a parent that counts
 its leaves, so that 100,000 jobs ending at once on several workers update 1,563 rows, not one.
-Triggers keep the counts (migration 0020, ``transitions.workflows``): whatever ends a member job
+Triggers keep the counts (migration 0020, ``transitions.workflow_triggers``): whatever ends a member job
 (a worker's outcome, the reaper, an operator) counts it in the same transaction, and the count
 that reaches zero makes the steps waiting on it due, once. These models only read.
 """
@@ -87,7 +87,9 @@ class Barrier(models.Model):
 class WorkflowStep(models.Model):
     """A member job's place in its workflow (the job itself carries ``workflow_id``)."""
 
-    job = models.OneToOneField("django_jobs.Job", primary_key=True, on_delete=models.CASCADE, related_name="step")
+    job = models.OneToOneField(
+        "django_jobs.Job", primary_key=True, on_delete=models.CASCADE, related_name="step"
+    )
     workflow = models.ForeignKey(Workflow, on_delete=models.CASCADE, related_name="steps", db_index=False)
     #: Its place in the workflow as it was written (0 first), for the drawing.
     position = models.PositiveIntegerField()
@@ -109,8 +111,12 @@ class WorkflowStep(models.Model):
         ordering = ("workflow_id", "position")
         indexes = (
             models.Index(fields=["workflow", "position"], name="django_jobs_step_workflow"),
-            models.Index(fields=["waits_on"], name="django_jobs_step_waits_on", condition=Q(waits_on__isnull=False)),
-            models.Index(fields=["feeds", "job"], name="django_jobs_step_feeds", condition=Q(feeds__isnull=False)),
+            models.Index(
+                fields=["waits_on"], name="django_jobs_step_waits_on", condition=Q(waits_on__isnull=False)
+            ),
+            models.Index(
+                fields=["feeds", "job"], name="django_jobs_step_feeds", condition=Q(feeds__isnull=False)
+            ),
         )
 
     def __str__(self) -> str:

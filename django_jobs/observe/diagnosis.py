@@ -12,7 +12,8 @@ the evidence under "also".
 
 Used by ``manage.py explainjob`` and by the job's page in the console. This module answers and
 says which family of reasons to ask, by the job's status: :mod:`~django_jobs.observe.why_pending`,
-:mod:`~django_jobs.observe.why_running`, :mod:`~django_jobs.observe.why_ended`; the reason
+:mod:`~django_jobs.observe.why_running`, :mod:`~django_jobs.observe.why_waiting` (a workflow's
+step), :mod:`~django_jobs.observe.why_ended`; the reason
 codes and their wording are in :mod:`~django_jobs.observe.reasons`.
 """
 
@@ -25,7 +26,7 @@ from typing import Any
 from django_jobs.conf import jobs_settings
 from django_jobs.errors import JobNotFound as JobNotFound  # re-exported: callers of explain() catch it here
 from django_jobs.models import Job
-from django_jobs.observe import why_ended, why_pending, why_running
+from django_jobs.observe import why_ended, why_pending, why_running, why_waiting
 from django_jobs.observe.reasons import MAX_NAMED as MAX_NAMED  # re-exported: the face of a diagnosis
 from django_jobs.observe.reasons import Blocker as Blocker
 from django_jobs.observe.reasons import Reason as Reason
@@ -78,6 +79,8 @@ def explain(job_or_id: Job | int) -> Explanation:
         blockers = why_pending.blockers(job, now, db, evidence)
     elif job.status == JobStatus.RUNNING:
         blockers = why_running.blockers(job, now, db, evidence)
+    elif job.status == JobStatus.WAITING:
+        blockers = why_waiting.blockers(job, evidence)
     else:
         blockers = why_ended.blockers(job, now, db, evidence)
     first, others = blockers[0], blockers[1:]

@@ -34,6 +34,8 @@ class Reason(enum.StrEnum):
     RUNNING_WORKER_SILENT = "running_worker_silent"
     #: Running by its row, but its lease expired: the reaper has yet to take it back.
     RUNNING_LEASE_EXPIRED = "running_lease_expired"
+    #: A workflow's step, waiting for the jobs before it to end.
+    WAITING = "waiting"
     QUEUE_PAUSED = "queue_paused"
     #: A restore hold is open and the job's type may act outside the database.
     RESTORE_HOLD = "restore_hold"

@@ -38,6 +38,16 @@ FROM django_jobs_workflowstep s JOIN django_jobs_job j ON j.id = s.job_id
 WHERE s.feeds_id = ANY(%s)
 GROUP BY j.status
 """
+#: The first jobs feeding these barriers that have not ended, with where they are.
+NOT_ENDED = """
+SELECT j.id, j.type, j.status, j.worker_id
+FROM django_jobs_workflowstep s JOIN django_jobs_job j ON j.id = s.job_id
+WHERE s.feeds_id = ANY(%s) AND j.status IN ('waiting', 'pending', 'running', 'needs_review')
+ORDER BY s.job_id
+LIMIT %s
+"""
+#: The jobs counted by a tree's leaves: how many, not ended, ended with a failure.
+LEAF_COUNTS = "SELECT sum(size), sum(remaining), sum(failed) FROM django_jobs_barrier WHERE parent_id = %s"
 #: The members of a workflow with their places, in the order they were written.
 MEMBERS = """
 SELECT j.id, j.type, j.status, j.queue, j.last_error_code, s.position, s.stage, s.role,
@@ -114,7 +124,8 @@ def waits(job_id: int) -> Waits | None:
         row = cursor.fetchone()
     if row is None:
         return None
-    return Waits(*row[:7], leaves=tuple(row[7]))
+    barrier_id, size, remaining, failed, workflow_id, runs_if, role, leaves = row
+    return Waits(barrier_id, size, remaining, failed, workflow_id, runs_if, role, tuple(leaves))
 
 
 def results(waited: Waits) -> Iterator[MemberResult]:
@@ -133,6 +144,23 @@ def summary(waited: Waits) -> dict[str, int]:
     with connections[jobs_settings.DATABASE].cursor() as cursor:
         cursor.execute(FED_BY_STATUS, [waited.fed_by])
         return {status: count for status, count in cursor.fetchall()}
+
+
+def not_ended(waited: Waits, limit: int) -> list[tuple[int, str, str, str | None]]:
+    """The first ``limit`` jobs ``waited`` counts that have not ended: (id, type, status, worker)."""
+    with connections[jobs_settings.DATABASE].cursor() as cursor:
+        cursor.execute(NOT_ENDED, [waited.fed_by, limit])
+        return list(cursor.fetchall())
+
+
+def job_counts(waited: Waits) -> tuple[int, int, int]:
+    """How many jobs ``waited`` counts, how many have not ended, and how many ended failed."""
+    if not waited.leaves:
+        return waited.size, waited.remaining, waited.failed
+    with connections[jobs_settings.DATABASE].cursor() as cursor:
+        cursor.execute(LEAF_COUNTS, [waited.barrier_id])
+        size, remaining, failed = cursor.fetchone()
+    return int(size or 0), int(remaining or 0), int(failed or 0)
 
 
 def members(workflow_id: int, limit: int) -> list[tuple[Any, ...]]:

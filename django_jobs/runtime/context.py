@@ -20,8 +20,8 @@ from typing import Any
 from django_jobs import effects, transitions
 from django_jobs.conf import jobs_settings
 from django_jobs.errors import DeadlineExceeded, InvalidCheckpoint, InvalidProgress, JobCancelled
-from django_jobs.reads import workflows as workflow_reads
 from django_jobs.jsonvalues import bounded_problem, encode, plain_json_problem
+from django_jobs.reads import workflows as workflow_reads
 from django_jobs.runtime.lease import Lease
 from django_jobs.runtime.side_writes import InlineWriter, SideWriter
 
@@ -127,7 +127,9 @@ class JobContext:
         """
         waited = workflow_reads.waits(self.job_id)
         if waited is None:
-            raise ValueError(f"job {self.job_id} waits for no other job: it is not a later step of a workflow")
+            raise ValueError(
+                f"job {self.job_id} waits for no other job: it is not a later step of a workflow"
+            )
         if waited.leaves or waited.size != 1:
             raise ValueError(
                 f"job {self.job_id} waited for {waited.size} jobs, not one: read them with ctx.upstream()"
@@ -140,7 +142,9 @@ class JobContext:
         job that waits for nothing."""
         waited = workflow_reads.waits(self.job_id)
         if waited is None:
-            raise ValueError(f"job {self.job_id} waits for no other job: it is not a later step of a workflow")
+            raise ValueError(
+                f"job {self.job_id} waits for no other job: it is not a later step of a workflow"
+            )
         return workflow_reads.Upstream(waited)
 
     def effect(self, key: str) -> AbstractContextManager[bool]:

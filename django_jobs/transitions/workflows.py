@@ -1,35 +1,17 @@
-"""The arrows of workflows: jobs born waiting, a step made due or stopped when the jobs it waits
-for have ended, a stopped step resumed, and a workflow cancelled.
-
-**Counted where the job ends.** A trigger on the job table (``MEMBER_MOVED``) sees every change
-of status of a member job, whoever writes it: a worker's outcome, the reaper, an operator's
-cancel, retry or resolve, a restore hold's release. A job that ended (completed, skipped,
-failed, cancelled) is counted out of the barrier it feeds, and a job that an operator's retry
-takes back from ``failed`` or ``cancelled`` is counted in again, in the same transaction as the
-write that moved it. So no path can end a member and forget its workflow, and a crash can only
-lose both or neither.
-
-**Exactly once.** The barrier's row is updated by each count, so two jobs ending at once are
-counted one after the other (the row's lock), and exactly one of them takes ``remaining`` to
-zero: that transaction makes the waiting steps due (``waiting`` → ``pending``) or stops them
-(``waiting`` → ``cancelled``), each by a compare-and-set on ``status = 'waiting'``. A step that
-already left ``waiting`` is never touched again: a retry of a job it waited for, after it ran,
-does not run it twice.
-
-**No hot row.** A barrier of more than 64 jobs is a tree (``workflow_plan.LEAF_SIZE``): each
-job's end updates its leaf, and only the end that empties a leaf updates the parent. That
-update is deferred to the commit (a constraint trigger, ``LEAF_EMPTIED``), after every leaf the
-transaction counts in, so transactions take leaves before parents and never wait on each other
-in a circle.
-
-The functions below are installed by migration 0020 from these texts.
+"""The arrows of workflows written by statements: jobs born pending or waiting (with their
+workflow, barriers and steps), and an operator's cancel of a whole workflow. The arrows a
+member's end causes (a step made due, stopped or resumed) are the triggers'
+(``transitions.workflow_triggers``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
+from django.db import connections, transaction
+
+from django_jobs.conf import jobs_settings
 from django_jobs.states import KEY_HOLDING_STATUSES
 
 _HOLDING = ", ".join(f"'{status}'" for status in sorted(KEY_HOLDING_STATUSES))
@@ -83,177 +65,10 @@ FROM unnest(%(jobs)s::bigint[], %(stages)s::int[], %(roles)s::text[], %(feeds)s:
 """
 
 #: Which of these unique keys of a type are held, and by which job.
-KEY_HOLDERS = f"SELECT unique_key, id FROM django_jobs_job WHERE type = %s AND unique_key = ANY(%s) AND status IN ({_HOLDING})"
-
-# ---- the triggers (migration 0020) ----------------------------------------------------------
-
-_ENDED = "'completed', 'skipped', 'failed', 'cancelled'"
-_FAILED = "'failed', 'cancelled'"
-
-# The steps waiting on a barrier whose jobs have all ended: due if their condition holds, else
-# stopped with the reason. ``why`` names the job that failed, when one job was waited for.
-_OPEN = f"""
-CREATE FUNCTION django_jobs_barrier_open(barrier bigint, any_failed boolean, last_job bigint)
-RETURNS void LANGUAGE plpgsql AS $$
-DECLARE
-    why text;
-    failures bigint;
-    counted bigint;
-BEGIN
-    SELECT COALESCE(sum(l.failed), 0), COALESCE(sum(l.size), 0) INTO failures, counted
-    FROM django_jobs_barrier l WHERE l.parent_id = barrier;
-    IF counted = 0 THEN
-        SELECT b.failed, b.size INTO failures, counted FROM django_jobs_barrier b WHERE b.id = barrier;
-    END IF;
-    IF counted = 1 AND last_job IS NOT NULL THEN
-        why := format('job %s, which it waited for, ended %s', last_job,
-                      (SELECT status FROM django_jobs_job WHERE id = last_job));
-    ELSE
-        why := format('%s of the %s jobs it waited for failed or were cancelled', failures, counted);
-    END IF;
-    WITH waiting AS (
-        SELECT s.job_id, s.delay,
-               s.runs_if = 'ended' OR (s.runs_if = 'failed') = any_failed AS runs
-        FROM django_jobs_workflowstep s WHERE s.waits_on_id = barrier
-    ), due AS (
-        UPDATE django_jobs_job j SET
-            status = 'pending',
-            available_at = greatest(j.available_at, now() + make_interval(secs => w.delay)),
-            ready = greatest(j.available_at, now() + make_interval(secs => w.delay)) <= now()
-        FROM waiting w
-        WHERE j.id = w.job_id AND w.runs AND j.status = 'waiting'
-        RETURNING j.id, j.attempts
-    ), stopped AS (
-        UPDATE django_jobs_job j SET
-            status = 'cancelled', finished_at = now(), last_error_code = 'WORKFLOW_STOPPED',
-            last_error = CASE WHEN any_failed THEN 'not run: ' || why
-                              ELSE 'not run: every job it waited for succeeded' END
-        FROM waiting w
-        WHERE j.id = w.job_id AND NOT w.runs AND j.status = 'waiting'
-        RETURNING j.id, j.attempts, j.last_error
-    ), marked AS (
-        UPDATE django_jobs_workflowstep s SET stopped = true FROM stopped WHERE s.job_id = stopped.id
-    )
-    INSERT INTO django_jobs_jobevent (job_id, kind, from_status, to_status, attempt, actor, reason)
-    SELECT id, 'due', 'waiting', 'pending', attempts, 'workflow',
-           CASE WHEN any_failed THEN 'the jobs it waited for ended: ' || why
-                ELSE 'the jobs it waited for ended' END
-    FROM due
-    UNION ALL
-    SELECT id, 'stopped', 'waiting', 'cancelled', attempts, 'workflow', last_error FROM stopped;
-END
-$$;
-"""
-
-# A barrier that had opened counts a job again (an operator retried a job that failed or was
-# cancelled): the steps it stopped wait again. A step that ran, or that an operator cancelled,
-# stays as it is.
-_REOPENED = """
-CREATE FUNCTION django_jobs_barrier_reopened(barrier bigint, retried bigint)
-RETURNS void LANGUAGE plpgsql AS $$
-BEGIN
-    WITH resumed AS (
-        UPDATE django_jobs_job j SET
-            status = 'waiting', finished_at = NULL, cancel_requested_at = NULL,
-            last_error_code = NULL, last_error = NULL
-        FROM django_jobs_workflowstep s
-        WHERE s.waits_on_id = barrier AND s.stopped AND j.id = s.job_id AND j.status = 'cancelled'
-        RETURNING j.id, j.attempts
-    ), unmarked AS (
-        UPDATE django_jobs_workflowstep s SET stopped = false FROM resumed WHERE s.job_id = resumed.id
-    )
-    INSERT INTO django_jobs_jobevent (job_id, kind, from_status, to_status, attempt, actor, reason)
-    SELECT id, 'resumed', 'cancelled', 'waiting', attempts, 'workflow',
-           CASE WHEN retried IS NULL THEN 'a job it waits for was retried'
-                WHEN (SELECT status FROM django_jobs_job WHERE id = retried) = 'waiting'
-                THEN format('job %s, which it waits for, waits again', retried)
-                ELSE format('job %s, which it waits for, was retried', retried) END
-    FROM resumed;
-END
-$$;
-"""
-
-# A member job changed status: count its end in the barrier it feeds (or count it again, taken
-# back by a retry). A barrier without a parent that empties opens here; a leaf that empties or
-# refills is counted in its parent at commit (LEAF_EMPTIED).
-_MEMBER_MOVED = f"""
-CREATE FUNCTION django_jobs_member_moved() RETURNS trigger LANGUAGE plpgsql AS $$
-DECLARE
-    was_ended boolean := OLD.status IN ({_ENDED});
-    is_ended boolean := NEW.status IN ({_ENDED});
-    fed bigint;
-    counted record;
-BEGIN
-    IF was_ended = is_ended THEN
-        RETURN NULL;
-    END IF;
-    SELECT feeds_id INTO fed FROM django_jobs_workflowstep WHERE job_id = NEW.id;
-    IF fed IS NULL THEN
-        RETURN NULL;
-    END IF;
-    UPDATE django_jobs_barrier SET
-        remaining = remaining + CASE WHEN is_ended THEN -1 ELSE 1 END,
-        failed = failed + CASE WHEN is_ended AND NEW.status IN ({_FAILED}) THEN 1
-                               WHEN NOT is_ended AND OLD.status IN ({_FAILED}) THEN -1
-                               ELSE 0 END
-    WHERE id = fed
-    RETURNING id, parent_id, remaining, failed INTO counted;
-    IF counted.parent_id IS NULL THEN
-        IF is_ended AND counted.remaining = 0 THEN
-            PERFORM django_jobs_barrier_open(counted.id, counted.failed > 0, NEW.id);
-        ELSIF NOT is_ended AND counted.remaining = 1 THEN
-            PERFORM django_jobs_barrier_reopened(counted.id, NEW.id);
-        END IF;
-    END IF;
-    RETURN NULL;
-END
-$$;
-CREATE TRIGGER django_jobs_member_moved AFTER UPDATE OF status ON django_jobs_job
-FOR EACH ROW WHEN (NEW.workflow_id IS NOT NULL AND OLD.status IS DISTINCT FROM NEW.status)
-EXECUTE FUNCTION django_jobs_member_moved();
-"""
-
-# A leaf emptied (its last job ended) or refilled (a retry): its parent counts it, at commit.
-_LEAF_EMPTIED = """
-CREATE FUNCTION django_jobs_leaf_emptied() RETURNS trigger LANGUAGE plpgsql AS $$
-DECLARE
-    emptied boolean := NEW.remaining = 0;
-    counted record;
-BEGIN
-    UPDATE django_jobs_barrier SET
-        remaining = remaining + CASE WHEN emptied THEN -1 ELSE 1 END,
-        failed = failed + CASE WHEN emptied AND NEW.failed > 0 THEN 1
-                               WHEN NOT emptied AND OLD.failed > 0 THEN -1
-                               ELSE 0 END
-    WHERE id = NEW.parent_id
-    RETURNING id, remaining, failed INTO counted;
-    IF emptied AND counted.remaining = 0 THEN
-        PERFORM django_jobs_barrier_open(counted.id, counted.failed > 0, NULL);
-    ELSIF NOT emptied AND counted.remaining = 1 THEN
-        PERFORM django_jobs_barrier_reopened(counted.id, NULL);
-    END IF;
-    RETURN NULL;
-END
-$$;
-CREATE CONSTRAINT TRIGGER django_jobs_leaf_emptied AFTER UPDATE OF remaining ON django_jobs_barrier
-DEFERRABLE INITIALLY DEFERRED
-FOR EACH ROW WHEN (NEW.parent_id IS NOT NULL AND (OLD.remaining = 0) <> (NEW.remaining = 0))
-EXECUTE FUNCTION django_jobs_leaf_emptied();
-"""
-
-#: What migration 0020 installs, and what it drops going back.
-INSTALL_TRIGGERS = _OPEN + _REOPENED + _MEMBER_MOVED + _LEAF_EMPTIED
-DROP_TRIGGERS = """
-DROP TRIGGER IF EXISTS django_jobs_leaf_emptied ON django_jobs_barrier;
-DROP TRIGGER IF EXISTS django_jobs_member_moved ON django_jobs_job;
-DROP FUNCTION IF EXISTS django_jobs_leaf_emptied();
-DROP FUNCTION IF EXISTS django_jobs_member_moved();
-DROP FUNCTION IF EXISTS django_jobs_barrier_reopened(bigint, bigint);
-DROP FUNCTION IF EXISTS django_jobs_barrier_open(bigint, boolean, bigint);
-"""
-
-#: The name of the deferred trigger, for ``SET CONSTRAINTS … IMMEDIATE`` (tests that never commit).
-LEAF_TRIGGER = "django_jobs_leaf_emptied"
+KEY_HOLDERS = (
+    "SELECT unique_key, id FROM django_jobs_job"
+    f" WHERE type = %s AND unique_key = ANY(%s) AND status IN ({_HOLDING})"
+)
 
 # ---- an operator cancels a workflow -------------------------------------------------------
 
@@ -291,18 +106,22 @@ SELECT count(*) FROM moved
 """
 
 
-def cancel_workflow(cursor: Any, workflow_id: int, actor: str | None, reason: str | None) -> tuple[int, int]:
+def cancel_workflow(workflow_id: int, *, actor: str | None, reason: str | None) -> tuple[int, int]:
     """Cancel every member of the workflow not started, and request the cancel of the running
-    ones; returns (cancelled, requested). The caller holds the transaction."""
+    ones, in one transaction; returns (cancelled, requested)."""
     params = {"workflow": workflow_id, "actor": actor, "reason": reason}
-    cursor.execute(_CANCEL_RUNNING_MEMBERS, params)
-    (requested,) = cursor.fetchone()
-    cursor.execute(_CANCEL_WAITING_MEMBERS, params)
-    (cancelled,) = cursor.fetchone()
+    alias = jobs_settings.DATABASE
+    with transaction.atomic(using=alias), connections[alias].cursor() as cursor:
+        cursor.execute(_CANCEL_RUNNING_MEMBERS, params)
+        (requested,) = cursor.fetchone()
+        cursor.execute(_CANCEL_WAITING_MEMBERS, params)
+        (cancelled,) = cursor.fetchone()
     return int(cancelled), int(requested)
 
 
-def insert_members(cursor: Any, workflow_id: int, columns: dict[str, Sequence[Any]]) -> list[tuple[int, str, str | None]]:
+def insert_members(
+    cursor: Any, workflow_id: int, columns: Mapping[str, Sequence[Any]]
+) -> list[tuple[int, str, str | None]]:
     """Insert the member jobs (``columns``: one array per column of ``_INSERT_MEMBERS``);
     returns (id, type, unique_key) of those inserted, in order."""
     cursor.execute(_INSERT_MEMBERS, dict(columns, workflow=workflow_id))
