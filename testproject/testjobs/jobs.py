@@ -549,22 +549,31 @@ def provider_notice(ctx: JobContext, payload: dict[str, Any]) -> None:
 
 @job("test.step", backoff=FAST)
 def step(ctx: JobContext, payload: dict[str, Any]) -> Any:
-    """A workflow's step: records its run (once per key), fails when told, and returns what it
-    was given plus what the step before it returned (``parent``), when told to read it."""
-    BusinessRow.objects.create(key=payload["key"], job_id=ctx.job_id, execution_id=ctx.execution_id)
-    if payload.get("fail"):
-        raise PermanentError("told to fail", code="STEP_FAILED")
+    """A workflow's step: one business row per key (a re-run after a crash adds none), fails
+    when told, and returns what it was given plus what the step before it returned
+    (``parent``), when told to read it."""
     if payload.get("sleep"):
         time.sleep(payload["sleep"])
+    _once(ctx, payload["key"])
+    if payload.get("fail"):
+        raise PermanentError("told to fail", code="STEP_FAILED")
     parent = ctx.parent_result() if payload.get("read_parent") else None
     return {"n": payload.get("n"), "parent": parent}
 
 
 @job("test.summarise", backoff=FAST)
 def summarise(ctx: JobContext, payload: dict[str, Any]) -> dict[str, Any]:
-    """A workflow's callback: records its run (a second one violates UNIQUE) and returns the
-    summary of the jobs it waited for, and how many results it read."""
-    BusinessRow.objects.create(key=payload["key"], job_id=ctx.job_id, execution_id=ctx.execution_id)
+    """A workflow's callback: one business row, and the summary of the jobs it waited for and
+    how many results it read."""
     upstream = ctx.upstream()
     read = sum(1 for _ in upstream.results())
+    _once(ctx, payload["key"])
     return {"summary": upstream.summary(), "read": read}
+
+
+def _once(ctx: JobContext, key: str) -> None:
+    try:
+        with transaction.atomic():
+            BusinessRow.objects.create(key=key, job_id=ctx.job_id, execution_id=ctx.execution_id)
+    except IntegrityError:
+        pass  # an earlier execution of this job did it

@@ -209,10 +209,12 @@ class Groups(TestCase):
         retry(failed.id, reason="fixed", actor="ops")
         assert Job.objects.get(id=by_role["on_success"].id).status == JobStatus.WAITING
         run_until_settled(in_thread=True)
-        # on_success ran now; on_failure and on_complete ran once, before (a second run of a
-        # callback would have hit the unique key of its business row and failed).
+        # on_success ran now; on_failure and on_complete became due once, before.
         assert statuses(workflow) == ["completed"] * 6
         assert ran("ok", "bad", "done")
+        for role in ("on_success", "on_failure", "on_complete"):
+            assert JobEvent.objects.filter(job=by_role[role], kind=EventKind.DUE).count() == 1
+        assert Job.objects.get(id=by_role["on_complete"].id).attempts == 1
 
     def test_a_group_larger_than_a_leaf_counts_through_its_tree(self) -> None:
         n = LEAF_SIZE * 2 + 5
