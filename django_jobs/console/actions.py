@@ -167,7 +167,7 @@ def _job(job_id: int) -> Job:
 def _not_cancellable(job: Job) -> str:
     if job.status == JobStatus.RUNNING:
         return f"job {job.id} was not cancelled: its cancellation was already requested"
-    return f"job {job.id} was not cancelled: it is {job.status}, not pending or running"
+    return f"job {job.id} was not cancelled: it is {job.status}, not waiting, pending or running"
 
 
 def _user(actor: Actor | None) -> AbstractBaseUser | None:

@@ -70,8 +70,10 @@ ACTIONS = {
             "becomes pending again, with a fresh attempt budget; its history is kept", _retry,
         ),
         Action(
-            "cancel", "Cancel", "cancel_job", frozenset({JobStatus.PENDING, JobStatus.RUNNING}),
-            "a pending job is cancelled at once; a running one is asked to stop and ends cancelled",
+            "cancel", "Cancel", "cancel_job",
+            frozenset({JobStatus.WAITING, JobStatus.PENDING, JobStatus.RUNNING}),
+            "a pending or waiting job is cancelled at once (the workflow steps after a waiting one are "
+            "stopped); a running one is asked to stop and ends cancelled",
             _cancel,
         ),
         Action(

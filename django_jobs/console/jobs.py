@@ -3,8 +3,9 @@
 Read-only by design: nobody edits a payload or a status through a form. Every action (retry,
 cancel, resolve; ``console.job_actions``) goes through a confirmation page, is POST with CSRF,
 needs its own permission, runs the same guarded transition as the workers, and leaves a
-``JobEvent`` with who and why plus a Django ``LogEntry``. Pausing a queue (``console.queues``)
-and a restore hold's actions (``console.restore_pages``) follow the same pattern.
+``JobEvent`` with who and why plus a Django ``LogEntry``. Pausing a queue (``console.queues``),
+a restore hold's actions (``console.restore_pages``) and cancelling a workflow
+(``console.workflow_pages``, with its drawing) follow the same pattern.
 
 Built for tables of millions of rows (:mod:`~django_jobs.console.listing`): no full
 ``COUNT(*)``, filter choices from loose index scans, every filter and the search served by an
@@ -39,11 +40,13 @@ from django_jobs.console.listing import (
     RestoreFilter,
     StatusFilter,
     TypeFilter,
+    WorkflowFilter,
     text_parameter,
 )
 from django_jobs.console.pages import plain_refusal
 from django_jobs.console.queues import QueuePages
 from django_jobs.console.restore_pages import RestorePages
+from django_jobs.console.workflow_pages import WorkflowPages
 from django_jobs.models import Job, JobEvent
 from django_jobs.observe import diagnosis
 from django_jobs.states import JobStatus
@@ -54,20 +57,13 @@ EVENTS_PER_PAGE = 50
 _EVENT_ID = re.compile(r"^[0-9]{1,18}$")
 
 
-class JobAdmin(JobActionPages, QueuePages, RestorePages):
+class JobAdmin(JobActionPages, QueuePages, RestorePages, WorkflowPages):
     """The job admin: the list, a job's page, and (from its parts) the actions' confirmation,
     the dashboard and the queue actions."""
 
     list_display = (
-        "id",
-        "type",
-        "queue",
-        "status_label",
-        "attempts_label",
-        "last_error_code",
-        "timing",
-        "worker_id",
-    )
+        "id", "type", "queue", "status_label", "attempts_label", "last_error_code", "timing", "worker_id",
+    )  # fmt: skip
     list_display_links = ("id", "type")
     list_filter = (
         StatusFilter,
@@ -77,6 +73,7 @@ class JobAdmin(JobActionPages, QueuePages, RestorePages):
         FailedWithCodeFilter,
         ErrorCodeFilter,
         RestoreFilter,
+        WorkflowFilter,
     )
     # Sorting by another column would sort the whole (filtered) table for every page.
     sortable_by = ("id",)
@@ -296,5 +293,6 @@ class JobAdmin(JobActionPages, QueuePages, RestorePages):
             path("act/<str:action_name>/", view(self.action_view), name="django_jobs_job_action"),
             path("queue/<str:verb>/", view(self.queue_action_view), name="django_jobs_queue"),
             path("restore/<str:verb>/", view(self.restore_action_view), name="django_jobs_restore"),
+            path("workflow/<int:workflow_id>/", view(self.workflow_view), name="django_jobs_workflow"),
             *super().get_urls(),
         ]

@@ -9,6 +9,7 @@ import re
 from typing import Any
 
 from django.contrib import admin
+from django.contrib.admin.options import IncorrectLookupParameters
 from django.contrib.admin.views.main import ChangeList
 from django.core.exceptions import BadRequest
 from django.core.paginator import InvalidPage, Paginator
@@ -188,6 +189,25 @@ class RestoreFilter(_TextFilter):
             status__in=(JobStatus.PENDING, JobStatus.RUNNING),
             created_at__lt=hold.opened_at,
         )
+
+
+class WorkflowFilter(_TextFilter):
+    """The jobs of one workflow (its page links here): shown only while it is chosen."""
+
+    title = "workflow"
+    parameter_name = "workflow"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        value = self.value()
+        return [(value, f"workflow {value}")] if value else []
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Job]) -> QuerySet[Job]:
+        value = self.value()
+        if not value:
+            return queryset
+        if not value.isdigit() or len(value) > 18:
+            raise IncorrectLookupParameters(f"{value[:40]!r} is not a workflow id")
+        return queryset.filter(workflow_id=int(value))
 
 
 # ---- the list -----------------------------------------------------------------------------------

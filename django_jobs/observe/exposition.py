@@ -29,6 +29,7 @@ def bearer_token_matches(authorization: str, token: str) -> bool:
 
 #: (metric suffix, QueueRow attribute, help): the dashboard's per-queue figures.
 QUEUE_GAUGES = (
+    ("queue_waiting", "waiting", "Workflow steps waiting for the jobs before them to end."),
     ("queue_pending", "pending", "Pending jobs, due now or later."),
     ("queue_due", "due", "Pending jobs due now (available_at <= now()): claimable unless paused or held."),
     ("queue_oldest_due_seconds", "oldest_due_seconds",

@@ -1,6 +1,6 @@
-"""The per-queue figures: how many jobs wait, are due, run, are stale, failed or wait for a
-person, and who paused the queue. The dashboard's queue table and the metrics view's gauges read
-the same numbers, from here.
+"""The per-queue figures: how many jobs wait (for a workflow's earlier jobs, or to be due), are
+due, run, are stale, failed or wait for a person, and who paused the queue. The dashboard's
+queue table and the metrics view's gauges read the same numbers, from here.
 
 Each statement reads only the rows of the statuses it counts, through an index of them.
 """
@@ -20,6 +20,8 @@ from django_jobs.registry import registry
 @dataclass
 class QueueRow:
     queue: str
+    #: Workflow steps waiting for the jobs before them.
+    waiting: int = 0
     pending: int = 0
     due: int = 0
     running: int = 0
@@ -33,12 +35,15 @@ class QueueRow:
     pause_reason: str | None = None
 
 
-#: Pending, due and the oldest due job's age, per queue: pending rows only, through
-#: the (status, -id) entries of django_jobs_status.
+#: Pending, due, the oldest due job's age and the waiting workflow steps, per queue: pending
+#: and waiting rows only, through the (status, -id) entries of django_jobs_status.
 PENDING = """
-SELECT queue, count(*), count(*) FILTER (WHERE available_at <= now()),
-       EXTRACT(EPOCH FROM now() - min(available_at) FILTER (WHERE available_at <= now()))
-FROM django_jobs_job WHERE status = 'pending' GROUP BY queue
+SELECT queue, count(*) FILTER (WHERE status = 'pending'),
+       count(*) FILTER (WHERE status = 'pending' AND available_at <= now()),
+       EXTRACT(EPOCH FROM now() - min(available_at)
+                                  FILTER (WHERE status = 'pending' AND available_at <= now())),
+       count(*) FILTER (WHERE status = 'waiting')
+FROM django_jobs_job WHERE status IN ('pending', 'waiting') GROUP BY queue
 """
 #: Running and expired leases, per queue: running rows only, through django_jobs_running or
 #: django_jobs_status.
@@ -62,8 +67,10 @@ def queue_rows() -> list[QueueRow]:
     queues: dict[str, QueueRow] = {}
     with connections[jobs_settings.DATABASE].cursor() as cursor:
         cursor.execute(PENDING)
-        for name, pending, due, oldest in cursor.fetchall():
-            queues[name] = QueueRow(name, pending=pending, due=due, oldest_due_seconds=_float(oldest))
+        for name, pending, due, oldest, waiting in cursor.fetchall():
+            queues[name] = QueueRow(
+                name, waiting=waiting, pending=pending, due=due, oldest_due_seconds=_float(oldest)
+            )
         cursor.execute(RUNNING)
         for name, running, stale in cursor.fetchall():
             row = queues.setdefault(name, QueueRow(name))

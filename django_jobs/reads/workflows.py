@@ -59,6 +59,28 @@ LIMIT %s
 """
 #: How many members of a workflow are in each status (the (workflow_id, id) index, with status).
 MEMBER_STATUSES = "SELECT status, count(*) FROM django_jobs_job WHERE workflow_id = %s GROUP BY status"
+#: How many members of each stage of a workflow are in each status.
+STAGE_STATUSES = """
+SELECT s.stage, j.status, count(*)
+FROM django_jobs_workflowstep s JOIN django_jobs_job j ON j.id = s.job_id
+WHERE s.workflow_id = %s
+GROUP BY s.stage, j.status
+"""
+#: The members of some stages, one by one, with the barrier each one feeds (its leaf's parent,
+#: for a tree) and the one it waits on.
+STAGE_JOBS = """
+SELECT j.id, j.type, j.status, s.stage, s.role, COALESCE(b.parent_id, s.feeds_id), s.waits_on_id
+FROM django_jobs_workflowstep s JOIN django_jobs_job j ON j.id = s.job_id
+LEFT JOIN django_jobs_barrier b ON b.id = s.feeds_id
+WHERE s.workflow_id = %s AND s.stage = ANY(%s)
+ORDER BY s.stage, s.position
+"""
+#: The barriers the members of some stages feed and wait on, without the members.
+STAGE_LINKS = """
+SELECT DISTINCT s.stage, COALESCE(b.parent_id, s.feeds_id), s.waits_on_id
+FROM django_jobs_workflowstep s LEFT JOIN django_jobs_barrier b ON b.id = s.feeds_id
+WHERE s.workflow_id = %s AND s.stage = ANY(%s)
+"""
 
 #: Leaves read per statement: 16 leaves of 64 jobs.
 _LEAVES_PER_READ = 16
@@ -167,6 +189,30 @@ def members(workflow_id: int, limit: int) -> list[tuple[Any, ...]]:
     """The first ``limit`` members of a workflow (see ``MEMBERS`` for the columns)."""
     with connections[jobs_settings.DATABASE].cursor() as cursor:
         cursor.execute(MEMBERS, [workflow_id, limit])
+        return list(cursor.fetchall())
+
+
+def stage_statuses(workflow_id: int) -> dict[int, dict[str, int]]:
+    """For each stage of the workflow, how many of its members are in each status."""
+    found: dict[int, dict[str, int]] = {}
+    with connections[jobs_settings.DATABASE].cursor() as cursor:
+        cursor.execute(STAGE_STATUSES, [workflow_id])
+        for stage, status, count in cursor.fetchall():
+            found.setdefault(stage, {})[status] = count
+    return found
+
+
+def stage_jobs(workflow_id: int, stages: list[int]) -> list[tuple[Any, ...]]:
+    """The members of ``stages``: (id, type, status, stage, role, feeds, waits_on) each."""
+    with connections[jobs_settings.DATABASE].cursor() as cursor:
+        cursor.execute(STAGE_JOBS, [workflow_id, stages])
+        return list(cursor.fetchall())
+
+
+def stage_links(workflow_id: int, stages: list[int]) -> list[tuple[int, int | None, int | None]]:
+    """(stage, barrier fed, barrier waited on) of the members of ``stages``, each once."""
+    with connections[jobs_settings.DATABASE].cursor() as cursor:
+        cursor.execute(STAGE_LINKS, [workflow_id, stages])
         return list(cursor.fetchall())
 
 

@@ -22,6 +22,7 @@ URL = "/jobs/metrics"
 TOKEN = "a-metrics-token-long-enough-0123"
 #: The exported gauge for each attribute of a dashboard row.
 GAUGES = {
+    "waiting": "django_jobs_queue_waiting",
     "pending": "django_jobs_queue_pending",
     "due": "django_jobs_queue_due",
     "running": "django_jobs_queue_running",

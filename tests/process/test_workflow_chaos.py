@@ -37,7 +37,9 @@ def test_sigkilled_workers_fire_every_callback_once_and_leave_nothing_waiting(
     worker_env: dict[str, str], capsys: pytest.CaptureFixture[str]
 ) -> None:
     chain = enqueue_chain(
-        step("charge", sleep=1.0), step("reserve", sleep=1.0, read_parent=True), step("email", read_parent=True)
+        step("charge", sleep=1.0),
+        step("reserve", sleep=1.0, read_parent=True),
+        step("email", read_parent=True),
     )
     group = enqueue_group(
         [step(f"account:{n}", n=n, sleep=0.02) for n in range(MEMBERS)],
