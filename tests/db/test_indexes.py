@@ -85,7 +85,13 @@ def million_rows(request: pytest.FixtureRequest) -> None:
         cursor.execute("ANALYZE django_jobs_job")
 
 
-def test_claim_and_reaper_searches_are_index_scans(million_rows: None) -> None:
+def test_the_claim_the_reaper_and_checkjobs_read_through_indexes(million_rows: None) -> None:
+    """One test per fill: a million rows take tens of seconds to write."""
+    claim_and_reaper_searches_are_index_scans()
+    checkjobs_reads_are_index_probes()
+
+
+def claim_and_reaper_searches_are_index_scans() -> None:
     every_queue = ClaimStatement("w", None, {"test.noop": 1})
     text = plan(every_queue.sql, every_queue.params(100))
     assert '"django_jobs_ready"' in text
@@ -118,7 +124,7 @@ def test_claim_and_reaper_searches_are_index_scans(million_rows: None) -> None:
     assert "Seq Scan" not in text
 
 
-def test_checkjobs_reads_are_index_probes(million_rows: None) -> None:
+def checkjobs_reads_are_index_probes() -> None:
     from django_jobs.observe import findings
     from django_jobs.reads import findings as reads
 

@@ -4,6 +4,7 @@ workflow's jobs, and bad input refused with nothing written."""
 from __future__ import annotations
 
 import datetime as dt
+import uuid
 from typing import Any
 
 import pytest
@@ -25,6 +26,7 @@ from django_jobs import (
     enqueue_group,
     enqueue_workflow,
     retry,
+    transitions,
 )
 from django_jobs.console.actions import resolve
 from django_jobs.errors import ErrorCode
@@ -157,6 +159,20 @@ class Chains(TestCase):
         Job.objects.filter(id=first.id).update(lease_expires_at=Now() - dt.timedelta(hours=1))
         assert reaper.recover() == {"failed": 1}
         assert statuses(workflow) == ["failed", "cancelled"]
+
+    def test_the_outcome_of_a_zombie_execution_counts_nothing(self) -> None:
+        workflow = enqueue_chain(step("a"), step("b"))
+        a, b = jobs_of(workflow)
+        owner, zombie = uuid.uuid4(), uuid.uuid4()
+        Job.objects.filter(id=a.id).update(
+            status=JobStatus.RUNNING, execution_id=owner, heartbeat_at=Now(),
+            lease_expires_at=Now() + dt.timedelta(minutes=5),
+        )  # fmt: skip
+        assert transitions.write_outcomes([transitions.Outcome(a.id, zombie, JobStatus.COMPLETED)]) == set()
+        assert statuses(workflow) == ["running", "waiting"]
+        assert transitions.write_outcomes([transitions.Outcome(a.id, owner, JobStatus.COMPLETED)]) == {a.id}
+        assert statuses(workflow) == ["completed", "pending"]
+        assert JobEvent.objects.filter(job=b, kind=EventKind.DUE).count() == 1
 
     def test_a_parked_step_holds_the_chain_until_an_operator_resolves_it(self) -> None:
         workflow = enqueue_chain(step("a"), step("b"))
