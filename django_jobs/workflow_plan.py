@@ -150,6 +150,8 @@ def plan(
         barrier = _barrier_over(built, tails)
         runs = {"on_success": SUCCEEDED, "on_failure": FAILED, "on_complete": ENDED}
         for role, step in wanted.items():
+            if role not in runs:
+                raise InvalidWorkflow(f"{role!r} is not a callback: on_success, on_failure or on_complete")
             if not isinstance(step, Step):
                 raise InvalidWorkflow(f"{role} must be a Step, not {type(step).__name__}")
             stage = built.barriers[barrier].stage + 1

@@ -40,7 +40,7 @@ def enqueue_chain(*steps: Node, on_failure: str = "stop", name: str = "") -> Wor
 
     Raises ``InvalidWorkflow`` or another ``EnqueueError`` before writing anything.
     """
-    return enqueue_workflow(Chain(*steps, on_failure=on_failure), name=name, kind="chain")
+    return enqueue_workflow(Chain(*steps, on_failure=on_failure), name=name)
 
 
 def enqueue_group(
@@ -65,23 +65,24 @@ def enqueue_group(
     twice. Raises ``InvalidWorkflow`` or another ``EnqueueError`` before writing anything.
     """
     callbacks = {"on_success": on_success, "on_failure": on_failure, "on_complete": on_complete}
-    return enqueue_workflow(Group(members), name=name, kind="group", callbacks=callbacks)
+    return enqueue_workflow(Group(members), name=name, callbacks=callbacks)
 
 
 def enqueue_workflow(
     root: Node,
     *,
     name: str = "",
-    kind: str | None = None,
     callbacks: dict[str, Step | None] | None = None,
 ) -> Workflow:
     """Enqueue any tree of :class:`Step`, :class:`Chain` and :class:`Group` (see
-    :func:`enqueue_chain` and :func:`enqueue_group`)."""
+    :func:`enqueue_chain` and :func:`enqueue_group`), with ``callbacks`` (``on_success``,
+    ``on_failure``, ``on_complete``) waiting for the jobs of the tree that nothing else waits
+    for. The workflow is a group when the tree is one, else a chain."""
     if not isinstance(name, str) or len(name) > 200 or "\x00" in name:
         raise InvalidWorkflow("name must be a string of at most 200 characters, without NUL")
     built = plan(root, callbacks)
     columns, delays_when_due = _columns(built)
-    kind = kind or ("group" if isinstance(root, Group) else "chain")
+    kind = "group" if isinstance(root, Group) else "chain"
     alias = jobs_settings.DATABASE
     with transaction.atomic(using=alias), connections[alias].cursor() as cursor:
         cursor.execute(sql.INSERT_WORKFLOW, [kind, name, len(built.jobs)])

@@ -146,6 +146,7 @@ def test_a_step_used_twice_is_refused() -> None:
         (Chain(step(), on_failure="ignore"), None, "on_failure is 'stop' or 'continue'"),
         (Group([step()]), {"on_success": Chain(step())}, "on_success must be a Step"),
         (Group([step(), "test.noop"]), None, r"workflow\[1\] is a str"),
+        (Group([step()]), {"on_done": step()}, "'on_done' is not a callback"),
         (
             Chain(*[step(i) for i in range(MAX_STAGES + 1)]),
             None,
