@@ -22,7 +22,9 @@ update is deferred to the commit (a constraint trigger, ``LEAF_EMPTIED``), after
 transaction counts in, so transactions take leaves before parents and never wait on each other
 in a circle.
 
-The functions below are installed by migration 0020 from these texts.
+The functions below are installed by migration 0020 from these texts. A change to them needs
+a migration of its own that replaces the functions (``CREATE OR REPLACE``) on databases already
+migrated.
 """
 
 from __future__ import annotations
