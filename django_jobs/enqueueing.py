@@ -162,7 +162,7 @@ def _insert(options: Options, items: list[Item]) -> list[Job]:
                     missing.append(i)
             todo = _fill_from_holders(alias, options, items, missing, result)
     if signals.listened(signals.job_enqueued):
-        _announce(alias, [job for job, new in zip(result, made, strict=True) if new and job is not None])
+        announce(alias, [job for job, new in zip(result, made, strict=True) if new and job is not None])
     if metrics.AVAILABLE:
         # Counted as written, not at commit: an on_commit callback of ours would show up among
         # the callbacks of every user's test that counts them.
@@ -170,8 +170,9 @@ def _insert(options: Options, items: list[Item]) -> list[Job]:
     return [job for job in result if job is not None]
 
 
-def _announce(alias: str, jobs: list[Job]) -> None:
-    """Send ``job_enqueued`` for the jobs this call created, once they are committed."""
+def announce(alias: str, jobs: list[Job]) -> None:
+    """Send ``job_enqueued`` for the jobs a call created, once they are committed (a workflow's
+    too: ``django_jobs.workflows``)."""
 
     def send() -> None:
         for job in jobs:

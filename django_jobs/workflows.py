@@ -17,8 +17,10 @@ from typing import Any
 
 from django.db import connections, transaction
 
+from django_jobs import signals
 from django_jobs.conf import jobs_settings
 from django_jobs.enqueue_options import Options, resolve_type, validate_items, validate_options
+from django_jobs.enqueueing import announce
 from django_jobs.errors import InvalidWorkflow
 from django_jobs.models import Job, Workflow
 from django_jobs.observe import metrics
@@ -108,6 +110,9 @@ def enqueue_workflow(
             },
         )
         found = Workflow.objects.using(alias).get(id=workflow_id)
+        if signals.listened(signals.job_enqueued):
+            # Registered inside the savepoint: a workflow refused or rolled back announces nothing.
+            announce(alias, list(Job.objects.using(alias).filter(id__in=job_ids).order_by("id")))
     if metrics.AVAILABLE:
         metrics.enqueued(zip(columns["types"], columns["queues"], strict=True))
     return found

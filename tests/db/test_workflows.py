@@ -34,6 +34,7 @@ from django_jobs.maintenance import reaper
 from django_jobs.models import Barrier, Job, JobEvent, Workflow, WorkflowStep
 from django_jobs.observe.diagnosis import explain
 from django_jobs.observe.reasons import Reason
+from django_jobs.signals import job_enqueued
 from django_jobs.states import EventKind, JobStatus
 from django_jobs.testing import run_one, run_until_settled
 from django_jobs.workflow_plan import LEAF_SIZE, MAX_JOBS
@@ -373,6 +374,25 @@ class Retention(TestCase):
 
 
 class InTheCallersTransaction(TransactionTestCase):
+    def test_each_job_of_a_workflow_is_announced_once_committed(self) -> None:
+        announced: list[tuple[int, str]] = []
+
+        def receiver(sender: object, job: Job, **kwargs: object) -> None:
+            announced.append((job.id, job.status))
+
+        job_enqueued.connect(receiver)
+        try:
+            with transaction.atomic():
+                workflow = enqueue_chain(step("a"), step("b"))
+                assert announced == []  # not before the commit
+            with pytest.raises(RuntimeError), transaction.atomic():
+                enqueue_chain(step("c"), step("d"))
+                raise RuntimeError("rolled back")
+        finally:
+            job_enqueued.disconnect(receiver)
+        a, b = jobs_of(workflow)
+        assert announced == [(a.id, "pending"), (b.id, "waiting")]
+
     def test_a_rolled_back_transaction_leaves_no_workflow(self) -> None:
         with pytest.raises(RuntimeError), transaction.atomic():
             enqueue_chain(step("a"), step("b"))
