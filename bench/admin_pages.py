@@ -1,28 +1,41 @@
-"""Times the operator console's pages on a jobs table of 1,000,000 rows.
+"""Times the operator console's pages on a jobs table of 1,000,000 rows (or --rows N).
 
-Fills a dedicated database (django_jobs_admin_bench) with a realistic mix — mostly completed
-jobs, some thousands failed with error codes and history, pending backlogs on three queues, a
-few running (some with expired leases) and jobs waiting for review — then requests each page
-through Django's test client, several times, and prints the median and the slowest time and the
-number of queries. Run: `.venv/bin/python bench/admin_pages.py [--rows N] [--reps R]`.
+Fills a dedicated database (django_jobs_admin_bench; django_jobs_admin_bench_10m from 10,000,000
+rows, or --database NAME) with a realistic mix — mostly completed jobs, 2 % failed with error
+codes and history, pending backlogs on three queues, a few running (some with expired leases) and
+jobs waiting for review, every share a fraction of N; one job with 10,000 events and the newest
+50 with 256 KiB payloads whatever N — then requests each page through Django's test client,
+several times, and prints the median and the slowest time, the number of queries, and the most
+rows of the job and event tables one of the page's statements read (one more request, not timed,
+with ``auto_explain``). Run: `.venv/bin/python bench/admin_pages.py [--rows N] [--reps R]
+[--database NAME] [--keep]`.
+
+The fill inserts 1,000,000 rows a statement, each committed, then runs VACUUM ANALYZE, and
+prints how long it took (10,000,000 rows: minutes). Every run refills, unless ``--keep`` and the
+database holds N jobs already. Timestamps are relative to the fill: leases expire a minute
+after it, and a kept fill's last hour empties, so the dashboard's and the stale list's figures
+on a kept fill of yesterday are not those of a fresh one.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
 import sys
 import time
 import urllib.parse
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "testproject.settings")
 base = urllib.parse.urlsplit(os.environ.get("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/django_jobs"))
 BENCH_DB = "django_jobs_admin_bench"
-os.environ["DATABASE_URL"] = base._replace(path=f"/{BENCH_DB}").geturl()
+#: Rows per INSERT statement of the fill, each committed: a 10,000,000-row fill in ten.
+CHUNK = 1_000_000
 
 import psycopg  # noqa: E402
 
@@ -56,7 +69,7 @@ FROM (
                 WHEN i %% 2000 = 3 THEN 'running'
                 WHEN i %% 1000 = 4 THEN 'needs_review' WHEN i %% 300 = 5 THEN 'cancelled'
                 WHEN i %% 200 = 6 THEN 'skipped' ELSE 'completed' END AS s
-    FROM generate_series(1, %(rows)s) AS i
+    FROM generate_series(%(first)s, %(last)s) AS i
 ) AS rows
 """
 EVENTS = """
@@ -80,11 +93,19 @@ WHERE id > (SELECT max(id) - 50 FROM django_jobs_job)
 """
 
 
-def prepare(rows: int) -> None:
+def default_database(rows: int) -> str:
+    """The bench database of a fill of ``rows``: one per size from 10,000,000 rows, so a 1M and
+    a 10M fill can both be kept."""
+    return BENCH_DB if rows < 10_000_000 else f"{BENCH_DB}_{rows // 1_000_000}m"
+
+
+def prepare(rows: int, database: str, keep: bool) -> None:
+    """Creates and migrates ``database``, and fills it with ``rows`` jobs unless ``keep`` and it
+    holds them already."""
     admin_url = base._replace(path="/postgres").geturl()
     with psycopg.connect(admin_url, autocommit=True) as conn:
-        if not conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", [BENCH_DB]).fetchone():
-            conn.execute(f'CREATE DATABASE "{BENCH_DB}"')
+        if not conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", [database]).fetchone():
+            conn.execute(f'CREATE DATABASE "{database}"')
     import django
     from django.core.management import call_command
 
@@ -93,35 +114,121 @@ def prepare(rows: int) -> None:
     from django.db import connection
 
     with connection.cursor() as cursor:
-        cursor.execute("SELECT count(*) FROM django_jobs_job")
-        if cursor.fetchone()[0] == rows:
+        if keep:
+            cursor.execute("SELECT count(*) FROM django_jobs_job")
+            held = cursor.fetchone()[0]
             cursor.execute("SELECT 1 FROM django_jobs_jobevent WHERE actor = 'bench-chatty' LIMIT 1")
-            if cursor.fetchone():
+            if held == rows and cursor.fetchone():
+                cursor.execute(
+                    "SELECT last_vacuum, now() - last_vacuum FROM pg_stat_user_tables"
+                    " WHERE relname = 'django_jobs_job'"
+                )
+                filled, age = cursor.fetchone()
+                print(f"kept the fill of {rows:,} jobs in {database} (vacuumed {filled}, {age} ago)")
                 return
+            print(f"--keep: {database} holds {held:,} jobs, not {rows:,}: filling it")
         started = time.perf_counter()
         cursor.execute("TRUNCATE django_jobs_job, django_jobs_jobevent CASCADE")
-        cursor.execute(FILL, {"rows": rows})
+        for first in range(1, rows + 1, CHUNK):
+            last = min(first + CHUNK - 1, rows)
+            cursor.execute(FILL, {"first": first, "last": last})  # autocommit: one transaction each
+            if rows > CHUNK:
+                print(f"  {last:,} / {rows:,} jobs, {time.perf_counter() - started:.0f} s", flush=True)
+        inserted = time.perf_counter()
         cursor.execute(EVENTS)
         cursor.execute(CHATTY)
         cursor.execute(HEAVY)
+        events = time.perf_counter()
         cursor.execute("VACUUM ANALYZE django_jobs_job")
         cursor.execute("VACUUM ANALYZE django_jobs_jobevent")
-        print(f"filled {rows:,} jobs in {time.perf_counter() - started:.0f} s")
+        done = time.perf_counter()
+        print(
+            f"filled {rows:,} jobs in {database} in {done - started:.0f} s (jobs {inserted - started:.0f} s,"
+            f" events and payloads {events - inserted:.0f} s, VACUUM ANALYZE {done - events:.0f} s)"
+        )
+
+
+#: The tables whose rows "rows read" counts.
+READ_TABLES = ("django_jobs_job", "django_jobs_jobevent")
+
+
+def rows_read(plan: dict[str, Any]) -> int:
+    """How many rows the plan's scans of the job and event tables read, kept or filtered out, in
+    all loops (as tests/db/test_guard_plans.py counts them)."""
+    read = 0
+    if plan.get("Relation Name") in READ_TABLES and "Scan" in plan["Node Type"]:
+        per_loop = (
+            plan.get("Actual Rows", 0)  # absent from a node never executed
+            + plan.get("Rows Removed by Filter", 0)
+            + plan.get("Rows Removed by Index Recheck", 0)
+        )
+        read += int(per_loop * plan.get("Actual Loops", 0))
+    return read + sum(rows_read(child) for child in plan.get("Plans", []))
+
+
+def most_rows_read(client: Any, url: str) -> int:
+    """The most rows one statement of the page read: one more request, with ``auto_explain``
+    reporting each statement's plan (with row counts, no timing) to the client as a notice."""
+    from django.db import connection
+
+    found: list[dict[str, Any]] = []
+
+    def keep(diagnostic: Any) -> None:
+        text = diagnostic.message_primary or ""
+        if "plan:" in text:
+            found.append(json.loads(text.split("plan:", 1)[1])["Plan"])
+
+    with connection.cursor() as cursor:
+        for statement in (
+            "LOAD 'auto_explain'",
+            "SET auto_explain.log_min_duration = 0",
+            "SET auto_explain.log_analyze = on",
+            "SET auto_explain.log_timing = off",
+            "SET auto_explain.log_nested_statements = on",
+            "SET auto_explain.log_format = json",
+            "SET auto_explain.log_level = notice",
+            "SET client_min_messages = notice",
+        ):
+            cursor.execute(statement)
+    connection.connection.add_notice_handler(keep)
+    try:
+        response = client.get(url)
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT 1")  # a plan is reported when its portal closes
+    finally:
+        connection.connection.remove_notice_handler(keep)
+        with connection.cursor() as cursor:
+            cursor.execute("SET auto_explain.log_min_duration = -1")
+            cursor.execute("RESET client_min_messages")
+    assert response.status_code == 200, (url, response.status_code)
+    return max((rows_read(plan) for plan in found), default=0)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=1_000_000)
     parser.add_argument("--reps", type=int, default=5)
+    parser.add_argument(
+        "--database",
+        help=f"the bench database (default {BENCH_DB}, {BENCH_DB}_10m from 10,000,000 rows)",
+    )
+    parser.add_argument(
+        "--keep", action="store_true", help="reuse the database's fill if it holds --rows jobs"
+    )
     args = parser.parse_args()
-    prepare(args.rows)
+    database = args.database or default_database(args.rows)
+    os.environ["DATABASE_URL"] = base._replace(path=f"/{database}").geturl()
+    prepare(args.rows, database, args.keep)
 
     from django.contrib.auth.models import User
     from django.db import connection
     from django.test import Client
     from django.test.utils import CaptureQueriesContext, setup_test_environment
 
+    import django_jobs
     from django_jobs.models import Job, JobEvent
+
+    print(f"django_jobs from {Path(django_jobs.__file__).parent}")
 
     setup_test_environment()
     user = User.objects.filter(username="bench").first() or User.objects.create_superuser(
@@ -161,7 +268,7 @@ def main() -> None:
         "dashboard": "/admin/django_jobs/job/dashboard/",
     }
     print(f"{Job.objects.count():,} jobs; {args.reps} requests per page after one warm-up")
-    print(f"{'page':40} {'median ms':>10} {'max ms':>9} {'queries':>8}")
+    print(f"{'page':40} {'median ms':>10} {'max ms':>9} {'queries':>8} {'rows read':>10}")
     for name, url in pages.items():
         client.get(url)  # warm-up: caches, prepared plans
         timings = []
@@ -171,7 +278,12 @@ def main() -> None:
                 response = client.get(url)
                 timings.append(1000 * (time.perf_counter() - started))
             assert response.status_code == 200, (url, response.status_code)
-        print(f"{name:40} {statistics.median(timings):10.1f} {max(timings):9.1f} {len(queries):8d}")
+        count = len(queries)  # before the next request empties connection.queries
+        read = most_rows_read(client, url)
+        print(
+            f"{name:40} {statistics.median(timings):10.1f} {max(timings):9.1f} {count:8d} {read:10,d}",
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

@@ -21,11 +21,11 @@ from django.views.decorators.http import require_http_methods
 
 from django_jobs import transitions
 from django_jobs.console import actions as operations
-from django_jobs.console.listing import JOB_ID
 from django_jobs.console.pages import JobPages, plain_refusal
 from django_jobs.console.reasons import reason_problem
 from django_jobs.errors import JobNotFound
 from django_jobs.models import Job
+from django_jobs.reads.search import JOB_ID
 from django_jobs.states import JobStatus
 
 MAX_IDS_PER_ACTION = 1000

@@ -19,6 +19,7 @@ from typing import Any
 
 from django.contrib import admin
 from django.contrib.admin.views.main import ChangeList
+from django.core.exceptions import BadRequest
 from django.db.models import BooleanField, ExpressionWrapper, Q, QuerySet
 from django.db.models.functions import Now
 from django.http import HttpRequest, HttpResponse
@@ -30,7 +31,6 @@ from django_jobs import masking
 from django_jobs.console.display import duration, external_calls, json_block, read_now, visible
 from django_jobs.console.job_actions import ACTIONS, JobActionPages, bulk
 from django_jobs.console.listing import (
-    JOB_ID,
     AttentionFilter,
     ErrorCodeFilter,
     EstimatedCountPaginator,
@@ -49,6 +49,7 @@ from django_jobs.console.restore_pages import RestorePages
 from django_jobs.console.workflow_pages import WorkflowPages
 from django_jobs.models import Job, JobEvent
 from django_jobs.observe import diagnosis
+from django_jobs.reads.search import SearchRefused, search_condition
 from django_jobs.states import JobStatus
 
 #: The job page shows this many events at a time, newest first, with a link to older ones.
@@ -162,10 +163,10 @@ class JobAdmin(JobActionPages, QueuePages, RestorePages, WorkflowPages):
         term = (text_parameter("search", search_term) or "").strip()
         if not term:
             return queryset, False
-        match = Q(type=term) | Q(unique_key=term) | Q(last_error_code=term)
-        # ASCII digits only: str.isdigit() is true for "²", which int() refuses.
-        if JOB_ID.match(term):
-            match |= Q(id=int(term.lstrip("#")))
+        try:
+            match = search_condition(term)
+        except SearchRefused as exc:
+            raise BadRequest(str(exc)) from None
         return queryset.filter(match), False
 
     @admin.display(description="status", ordering="status")

@@ -5,7 +5,6 @@ index, and a change list that reads nothing but the columns it shows.
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 from django.contrib import admin
@@ -36,9 +35,6 @@ LIST_COLUMNS = (
     "id", "type", "queue", "status", "attempts", "max_attempts", "last_error_code", "worker_id",
     "available_at", "started_at", "finished_at", "created_at", "lease_expires_at",
 )  # fmt: skip
-
-#: A job id as typed by a person: ASCII digits that fit a bigint, optionally after "#".
-JOB_ID = re.compile(r"^#?[0-9]{1,18}$")
 
 
 class EstimatedCountPaginator(Paginator):  # type: ignore[type-arg]  # generic only in the stubs

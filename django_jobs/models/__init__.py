@@ -1,9 +1,9 @@
 """The tables of django_jobs, by role: ``jobs`` (the job table and its reads), ``coordination``
 (what workers coordinate through: paused queues, concurrency keys, rate windows, schedule ticks
 and state, live workers), ``workflows`` (workflows, their steps and what the steps wait for),
-``restore`` (the database's identity as workers saw it, restore holds)
-and ``audit`` (what happened: events, calls out, effects done, log
-entries owed).
+``restore`` (the database's identity as workers saw it, restore holds), ``operations`` (an
+operator's action on every job a filter matches) and ``audit`` (what happened: events, calls
+out, effects done, log entries owed).
 
 Every name is importable from here, as ``from django_jobs.models import Job``; status writes
 never go through these models (``django_jobs.transitions`` is their only writer).
@@ -31,12 +31,18 @@ from django_jobs.models.coordination import (
     silence_threshold,
 )
 from django_jobs.models.jobs import Job, JobQuerySet
+from django_jobs.models.operations import BulkAction, BulkOperation, BulkOperationJob, BulkOutcome, BulkState
 from django_jobs.models.restore import DatabaseIdentity, RestoreHold
 from django_jobs.models.workflows import Barrier, RunsIf, StepRole, Workflow, WorkflowKind, WorkflowStep
 
 __all__ = [
     "SILENT_AFTER_BEATS",
     "Barrier",
+    "BulkAction",
+    "BulkOperation",
+    "BulkOperationJob",
+    "BulkOutcome",
+    "BulkState",
     "ConcurrencyKey",
     "DatabaseIdentity",
     "ExternalCall",

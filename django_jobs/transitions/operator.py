@@ -1,42 +1,77 @@
 """What people do to jobs: cancel, retry by hand, resolve after a review. Each is recorded
-with its actor and reason."""
+with its actor and reason.
+
+A retry or a cancel may be fenced by what the operator saw (:class:`Seen`): the job's status
+and execution when a bulk operation took it. It then applies only if both are unchanged, and
+its event links to the operation (``details.operation``).
+"""
 
 from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from typing import Any
 
 from django.db import IntegrityError, connections, transaction
 
 from django_jobs.conf import jobs_settings
 from django_jobs.states import JobStatus
 
+# Always true when nothing was seen; else the job is as it was seen.
+_FENCE = """(%(seen_status)s::text IS NULL
+         OR (status = %(seen_status)s AND execution_id IS NOT DISTINCT FROM %(seen_execution)s::uuid))"""
+# The event's details: those of the arrow, and the operation it belongs to, if any.
+_LINK = """CASE WHEN %(operation)s::bigint IS NULL THEN NULL
+              ELSE jsonb_build_object('operation', %(operation)s::bigint) END"""
+
+
+@dataclass(frozen=True)
+class Seen:
+    """A job as a bulk operation took it: an action applies only if it is still so."""
+
+    status: str
+    execution_id: uuid.UUID | None
+    operation: int
+
+
+def _fenced(params: dict[str, Any], seen: Seen | None) -> dict[str, Any]:
+    return {
+        **params,
+        "seen_status": seen.status if seen else None,
+        "seen_execution": seen.execution_id if seen else None,
+        "operation": seen.operation if seen else None,
+    }
+
+
 # A job not started: pending, or a workflow's step waiting for the jobs before it. The old row is
 # locked first so the event can say which state the job left.
-_CANCEL_PENDING = """
+_CANCEL_PENDING = f"""
 WITH old AS (
     SELECT id, status FROM django_jobs_job
-    WHERE id = %(id)s AND status IN ('pending', 'waiting')
+    WHERE id = %(id)s AND status IN ('pending', 'waiting') AND {_FENCE}
     FOR UPDATE
 ), moved AS (
     UPDATE django_jobs_job j SET status = 'cancelled', cancel_requested_at = now(), finished_at = now()
     FROM old WHERE j.id = old.id AND j.status = old.status
     RETURNING j.id, old.status, j.attempts
 ), events AS (
-    INSERT INTO django_jobs_jobevent (job_id, kind, from_status, to_status, attempt, actor, reason)
-    SELECT id, 'cancelled', status, 'cancelled', attempts, %(actor)s, %(reason)s FROM moved
+    INSERT INTO django_jobs_jobevent (job_id, kind, from_status, to_status, attempt, actor, reason, details)
+    SELECT id, 'cancelled', status, 'cancelled', attempts, %(actor)s, %(reason)s, {_LINK} FROM moved
 )
 SELECT id FROM moved
 """
 # A running job cannot be stopped from outside: its execution learns of the request from its
 # heartbeat and ends the job cancelled itself.
-_CANCEL_RUNNING = """
+_CANCEL_RUNNING = f"""
 WITH marked AS (
     UPDATE django_jobs_job SET cancel_requested_at = now()
-    WHERE id = %(id)s AND status = 'running' AND cancel_requested_at IS NULL
+    WHERE id = %(id)s AND status = 'running' AND cancel_requested_at IS NULL AND {_FENCE}
     RETURNING id, execution_id, worker_id, attempts
 ), events AS (
     INSERT INTO django_jobs_jobevent
-        (job_id, kind, from_status, to_status, execution_id, worker_id, attempt, actor, reason)
+        (job_id, kind, from_status, to_status, execution_id, worker_id, attempt, actor, reason, details)
     SELECT id, 'cancel_requested', 'running', 'running', execution_id, worker_id, attempts,
-           %(actor)s, %(reason)s
+           %(actor)s, %(reason)s, {_LINK}
     FROM marked
 )
 SELECT id FROM marked
@@ -49,10 +84,12 @@ class CancelResult:
     NOT_CANCELLABLE = "not_cancellable"  # finished, or cancellation already requested
 
 
-def cancel(job_id: int, *, actor: str | None = None, reason: str | None = None) -> str:
+def cancel(
+    job_id: int, *, actor: str | None = None, reason: str | None = None, seen: Seen | None = None
+) -> str:
     """Cancel a job: a pending or waiting one at once, a running one cooperatively. Returns a
-    ``CancelResult``."""
-    params = {"id": job_id, "actor": actor, "reason": reason}
+    ``CancelResult`` (``NOT_CANCELLABLE`` too for a job no longer as ``seen``)."""
+    params = _fenced({"id": job_id, "actor": actor, "reason": reason}, seen)
     with connections[jobs_settings.DATABASE].cursor() as cursor:
         cursor.execute(_CANCEL_PENDING, params)
         if cursor.fetchall():
@@ -71,10 +108,10 @@ class ActionRefused(Exception):
 
 
 # The old row is locked first so the event can say which state the job left.
-_MANUAL_RETRY = """
+_MANUAL_RETRY = f"""
 WITH old AS (
     SELECT id, status, attempts FROM django_jobs_job
-    WHERE id = %(id)s AND status IN ('failed', 'cancelled', 'needs_review')
+    WHERE id = %(id)s AND status IN ('failed', 'cancelled', 'needs_review') AND {_FENCE}
     FOR UPDATE
 ), moved AS (
     UPDATE django_jobs_job j SET
@@ -88,31 +125,39 @@ WITH old AS (
 ), events AS (
     INSERT INTO django_jobs_jobevent (job_id, kind, from_status, to_status, attempt, actor, reason, details)
     SELECT id, 'manual_retry', status, 'pending', attempts, %(actor)s, %(reason)s,
-           jsonb_build_object('manual_retries', manual_retries)
+           jsonb_build_object('manual_retries', manual_retries) || coalesce({_LINK}, '{{}}')
     FROM moved
 )
 SELECT id, status FROM moved
 """
 
 
-def manual_retry(job_id: int, *, actor: str, reason: str) -> str:
+class KeyHeld(ActionRefused):
+    """The retry would make a second live job of its type with the same unique key."""
+
+
+def manual_retry(job_id: int, *, actor: str, reason: str, seen: Seen | None = None) -> str:
     """An operator's retry: a failed, cancelled or parked job becomes pending with a fresh
     attempt budget. Returns the status it left.
 
-    Raises ``ActionRefused`` if the job is in another state, or if another active job of its
-    type holds its unique key (the retry would run the same work twice at once).
+    Raises ``ActionRefused`` if the job is in another state (or no longer as ``seen``), and
+    ``KeyHeld`` if another active job of its type holds its unique key (the retry would run the
+    same work twice at once).
     """
     alias = jobs_settings.DATABASE
+    params = _fenced({"id": job_id, "actor": actor, "reason": reason}, seen)
     try:
         with transaction.atomic(using=alias), connections[alias].cursor() as cursor:
-            cursor.execute(_MANUAL_RETRY, {"id": job_id, "actor": actor, "reason": reason})
+            cursor.execute(_MANUAL_RETRY, params)
             row = cursor.fetchone()
     except IntegrityError as exc:
-        raise ActionRefused(
+        raise KeyHeld(
             f"job {job_id} was not retried: another pending, running or parked job of its type "
             "holds its unique key"
         ) from exc
     if row is None:
+        if seen is not None:
+            raise ActionRefused(f"job {job_id} was not retried: it changed since the operation took it")
         raise ActionRefused(f"job {job_id} was not retried: only failed, cancelled or parked jobs can be")
     return str(row[1])
 
