@@ -33,6 +33,8 @@ from django_jobs.workflow_plan import Chain, Group, Step
 
 if TYPE_CHECKING:
     from django_jobs.console.actions import cancel, cancel_workflow, retry
+    from django_jobs.console.bulk import cancel_matching, matching, retry_matching, stop_operation
+    from django_jobs.console.job_filter import InvalidFilter, JobFilter
     from django_jobs.console.pausing import pause_queue, resume_queue
     from django_jobs.enqueueing import enqueue, enqueue_many
     from django_jobs.workflows import enqueue_chain, enqueue_group, enqueue_workflow
@@ -47,12 +49,14 @@ __all__ = [
     "ErrorCode",
     "Group",
     "InvalidCheckpoint",
+    "InvalidFilter",
     "InvalidOption",
     "InvalidPayload",
     "InvalidProgress",
     "InvalidWorkflow",
     "JobCancelled",
     "JobContext",
+    "JobFilter",
     "JobNotFound",
     "LeaseLost",
     "PayloadTooLarge",
@@ -65,6 +69,7 @@ __all__ = [
     "UnknownJobType",
     "UnknownQueue",
     "cancel",
+    "cancel_matching",
     "cancel_workflow",
     "compare_and_set",
     "enqueue",
@@ -73,10 +78,13 @@ __all__ = [
     "enqueue_many",
     "enqueue_workflow",
     "job",
+    "matching",
     "once",
     "pause_queue",
     "resume_queue",
     "retry",
+    "retry_matching",
+    "stop_operation",
 ]
 
 
@@ -96,6 +104,14 @@ def __getattr__(name: str) -> Any:
         from django_jobs.console import actions as operations
 
         return getattr(operations, name)
+    if name in ("retry_matching", "cancel_matching", "matching", "stop_operation"):
+        from django_jobs.console import bulk
+
+        return getattr(bulk, name)
+    if name in ("JobFilter", "InvalidFilter"):
+        from django_jobs.console import job_filter
+
+        return getattr(job_filter, name)
     if name in ("pause_queue", "resume_queue"):
         from django_jobs.console import pausing as queues
 

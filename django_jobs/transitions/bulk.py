@@ -76,7 +76,7 @@ def record_batch(operation_id: int, outcomes: dict[int, str]) -> tuple[int, int]
     them; returns the counts (done, skipped), or None when the operation is no longer running
     or another run recorded the batch already (then the caller's transaction must roll back)."""
     jobs = sorted(outcomes)
-    params = {
+    params: dict[str, Any] = {
         "operation": operation_id,
         "jobs": jobs,
         "outcomes": [outcomes[job] for job in jobs],

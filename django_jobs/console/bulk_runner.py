@@ -1,0 +1,122 @@
+"""The job that carries a bulk operation out: type ``django_jobs.bulk``, payload
+``{"operation": id}``, enqueued by :func:`django_jobs.console.bulk.start`.
+
+It works through the operation's jobs in id order, a batch per transaction of the jobs
+database. Each batch locks the operation's row, reads its cursor, acts on the next jobs with the
+guarded one-job transition (fenced by the status and execution each job was seen in), then
+records what became of them and moves the cursor, before it commits. So:
+
+- a crash (the worker killed, the database gone) loses the batch under way or nothing: the
+  job's next attempt starts after the last batch that committed, and no job is acted on twice;
+- two runs at once (a frozen worker that comes back) take turns on the row lock, and the
+  second finds the cursor moved;
+- a stop (``bulk.stop_operation``) is seen at the next batch, which does not start.
+
+Between batches it sleeps as long as the operation's pace asks (jobs per second).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from django.db import transaction
+
+from django_jobs.conf import jobs_settings
+from django_jobs.errors import PermanentError
+from django_jobs.models import BulkAction, BulkOperation, BulkOutcome, BulkState
+from django_jobs.registry import job
+from django_jobs.runtime.context import JobContext
+from django_jobs.transitions import bulk as bulk_writes
+from django_jobs.transitions.operator import ActionRefused, CancelResult, KeyHeld, Seen, cancel, manual_retry
+
+RUNNER_TYPE = "django_jobs.bulk"
+#: The most jobs one batch (one transaction) acts on; a slower pace makes batches smaller.
+BATCH_LIMIT = 200
+#: The longest sleep between two looks at whether the job should stop.
+_NAP = 0.5
+
+
+@job(RUNNER_TYPE, max_attempts=50)
+def carry_out(ctx: JobContext, payload: dict[str, Any]) -> dict[str, Any]:
+    operation_id = payload.get("operation")
+    if isinstance(operation_id, bool) or not isinstance(operation_id, int) or operation_id < 1:
+        raise PermanentError(f"the payload names no bulk operation: {payload!r:.100}")
+    while True:
+        ctx.raise_if_cancelled()
+        began = time.monotonic()
+        state = _one_batch(operation_id)
+        ctx.progress(state.done + state.skipped, state.total)
+        if state.state != BulkState.RUNNING or state.acted == 0:
+            return {
+                "operation": operation_id,
+                "state": state.state,
+                "done": state.done,
+                "skipped": state.skipped,
+            }
+        _wait(ctx, began + state.acted / state.pace)
+
+
+class _State:
+    def __init__(self, operation: BulkOperation, acted: int) -> None:
+        self.state, self.total, self.pace = operation.state, operation.total, operation.pace
+        self.done, self.skipped, self.acted = operation.done, operation.skipped, acted
+
+
+def _one_batch(operation_id: int) -> _State:
+    """Act on the operation's next batch; its state after, and how many jobs the batch held
+    (0 when it has ended, or ended now)."""
+    alias = jobs_settings.DATABASE
+    with transaction.atomic(using=alias):
+        operation = BulkOperation.objects.using(alias).select_for_update().filter(id=operation_id).first()
+        if operation is None:
+            raise PermanentError(f"no bulk operation has id {operation_id}")
+        if operation.state != BulkState.RUNNING:
+            return _State(operation, 0)
+        batch = bulk_writes.next_batch(
+            operation.id, operation.cursor, max(1, min(BATCH_LIMIT, operation.pace))
+        )
+        if not batch:
+            bulk_writes.finish(operation.id)
+            operation.refresh_from_db(using=alias)
+            return _State(operation, 0)
+        counts = bulk_writes.record_batch(operation.id, _act(operation, batch))
+        if counts is None:  # unreachable while the row is locked; never act twice if it were
+            raise RuntimeError(f"bulk operation {operation_id} moved under its lock")
+        operation.done, operation.skipped = counts
+        return _State(operation, len(batch))
+
+
+def _act(operation: BulkOperation, batch: list[bulk_writes.Taken]) -> dict[int, str]:
+    """Act on each job of ``batch`` as it was seen; what became of each."""
+    present = bulk_writes.existing([taken.job_id for taken in batch])
+    outcomes: dict[int, str] = {}
+    for taken in batch:
+        if taken.job_id not in present:
+            outcomes[taken.job_id] = BulkOutcome.GONE
+            continue
+        seen = Seen(taken.status, taken.execution_id, operation.id)
+        outcomes[taken.job_id] = _act_on_one(operation, taken.job_id, seen)
+    return outcomes
+
+
+def _act_on_one(operation: BulkOperation, job_id: int, seen: Seen) -> str:
+    actor, reason = operation.actor, operation.reason
+    if operation.action == BulkAction.RETRY:
+        try:
+            manual_retry(job_id, actor=actor, reason=reason, seen=seen)
+        except KeyHeld:
+            return BulkOutcome.KEY_HELD
+        except ActionRefused:
+            return BulkOutcome.CHANGED
+        return BulkOutcome.DONE
+    if cancel(job_id, actor=actor, reason=reason, seen=seen) == CancelResult.NOT_CANCELLABLE:
+        return BulkOutcome.CHANGED
+    return BulkOutcome.DONE
+
+
+def _wait(ctx: JobContext, until: float) -> None:
+    """Sleep until ``until`` (monotonic), looking every so often whether the job must stop."""
+    while (left := until - time.monotonic()) > 0:
+        time.sleep(min(left, _NAP))
+        ctx.raise_if_cancelled()

@@ -1,0 +1,314 @@
+"""Acting on every job a filter matches (``django_jobs.retry_matching`` / ``cancel_matching``):
+the operation takes the jobs with the state it saw, its job acts on them in fenced batches, skips
+what changed, resumes after a failure without acting twice, and its record agrees with the
+jobs' events. Bad input is refused before anything is written."""
+
+from __future__ import annotations
+
+import datetime as dt
+import uuid
+from typing import Any
+
+import pytest
+from django.contrib.admin.models import LogEntry
+from django.contrib.auth.models import User
+from django.db import connection
+from django.utils import timezone
+
+import django_jobs
+from django_jobs import InvalidFilter, JobFilter
+from django_jobs.console import bulk, bulk_runner
+from django_jobs.console.job_filter import parse_moment
+from django_jobs.models import BulkOperation, BulkOperationJob, BulkOutcome, BulkState, Job, JobEvent
+from django_jobs.states import EventKind, JobStatus
+from tests.db.inprocess import run_worker
+from tests.factories import JobFactory
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+CODE = "PROVIDER_DOWN"
+#: The jobs acted on live in this queue: the test's worker serves only the operation's.
+PAYMENTS = "payments"
+
+
+def failed(n: int, **fields: Any) -> list[Job]:
+    fields = {"queue": PAYMENTS, "last_error_code": CODE, **fields}
+    return [JobFactory(failed=True, execution_id=uuid.uuid4(), **fields) for _ in range(n)]
+
+
+def carry_out() -> None:
+    """Run the operations' jobs (queue default) to the end, leaving the jobs acted on alone."""
+    run_worker(queues=["default"])
+
+
+def operation_events(operation: BulkOperation) -> list[JobEvent]:
+    return list(JobEvent.objects.filter(details__operation=operation.id).order_by("job_id"))
+
+
+def test_retry_matching_retries_every_job_the_filter_matches_and_records_it() -> None:
+    alice = User.objects.create_user("alice")
+    wanted = failed(5)
+    failed(2, last_error_code="OTHER")
+    failed(1, queue="default")
+    JobFactory(completed=True, queue=PAYMENTS, last_error_code=CODE)
+    job_filter = JobFilter(status="failed", code=CODE, queue=PAYMENTS)
+
+    seen = django_jobs.matching("retry", job_filter)
+    assert (seen.count, seen.exact) == (5, True)
+    assert [job.id for job in seen.sample] == sorted((job.id for job in wanted), reverse=True)
+
+    operation = django_jobs.retry_matching(job_filter, reason="provider back", actor=alice, pace=1000)
+    assert (operation.total, operation.state, operation.actor) == (5, BulkState.RUNNING, "alice")
+    assert operation.filter == {"status": "failed", "queue": PAYMENTS, "code": CODE}
+    carry_out()
+
+    operation.refresh_from_db()
+    assert (operation.state, operation.done, operation.skipped) == (BulkState.DONE, 5, 0)
+    assert operation.finished_at is not None
+    for job in wanted:
+        job.refresh_from_db()
+        assert (job.status, job.manual_retries, job.retried_by) == (JobStatus.PENDING, 1, "alice")
+    events = operation_events(operation)
+    assert [event.job_id for event in events] == sorted(job.id for job in wanted)
+    assert {(e.kind, e.actor, e.reason) for e in events} == {
+        (EventKind.MANUAL_RETRY, "alice", "provider back")
+    }
+    assert all(event.details["manual_retries"] == 1 for event in events)
+    # The rest are untouched.
+    assert Job.objects.filter(status=JobStatus.FAILED).count() == 3
+    # One admin log entry: the operation's, not one per job.
+    entry = LogEntry.objects.get()
+    assert entry.object_id == str(operation.id) and "5 jobs" in entry.get_change_message()
+    # The carrying job says how it ended.
+    runner = Job.objects.get(id=operation.job_id)
+    assert runner.type == "django_jobs.bulk" and runner.status == JobStatus.COMPLETED
+    assert runner.return_value == {"operation": operation.id, "state": "done", "done": 5, "skipped": 0}
+
+
+def test_jobs_that_changed_after_the_operation_took_them_are_skipped_not_forced() -> None:
+    jobs = failed(4)
+    operation = django_jobs.retry_matching(JobFilter(code=CODE), reason="provider back", pace=1000)
+    # Meanwhile: one retried by hand (now pending), one retried and failed again (same status,
+    # another execution), one pruned, one with its unique key taken by a newer live job.
+    django_jobs.retry(jobs[0].id, reason="by hand", actor="bob")
+    Job.objects.filter(id=jobs[1].id).update(execution_id=uuid.uuid4(), attempts=1)
+    Job.objects.filter(id=jobs[2].id).delete()
+    Job.objects.filter(id=jobs[3].id).update(unique_key="order-9")
+    JobFactory(unique_key="order-9", queue=PAYMENTS)
+    carry_out()
+
+    operation.refresh_from_db()
+    assert (operation.state, operation.done, operation.skipped) == (BulkState.DONE, 0, 4)
+    outcomes = dict(BulkOperationJob.objects.filter(operation=operation).values_list("job_id", "outcome"))
+    assert outcomes == {
+        jobs[0].id: BulkOutcome.CHANGED,
+        jobs[1].id: BulkOutcome.CHANGED,
+        jobs[2].id: BulkOutcome.GONE,
+        jobs[3].id: BulkOutcome.KEY_HELD,
+    }
+    assert operation_events(operation) == []
+    jobs[0].refresh_from_db()
+    assert jobs[0].manual_retries == 1  # bob's retry alone
+    jobs[1].refresh_from_db()
+    assert jobs[1].status == JobStatus.FAILED
+
+
+def test_a_batch_that_fails_midway_is_rolled_back_and_the_next_attempt_acts_on_each_job_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    jobs = failed(7)
+    monkeypatch.setattr(bulk_runner, "BATCH_LIMIT", 3)
+    operation = django_jobs.retry_matching(JobFilter(code=CODE), reason="provider back", pace=1000)
+    real = bulk_runner._act_on_one
+    acted: list[int] = []
+
+    def dies_on_the_fifth(operation: BulkOperation, job_id: int, seen: Any) -> str:
+        if len(acted) == 4:  # the second batch has acted on one job already
+            raise ConnectionError("the database went away")
+        acted.append(job_id)
+        return real(operation, job_id, seen)
+
+    monkeypatch.setattr(bulk_runner, "_act_on_one", dies_on_the_fifth)
+    with pytest.raises(ConnectionError):
+        while True:
+            bulk_runner._one_batch(operation.id)
+    operation.refresh_from_db()
+    assert (operation.done, operation.cursor) == (3, jobs[2].id)  # the first batch stands alone
+    assert Job.objects.filter(status=JobStatus.PENDING, id__in=[j.id for j in jobs]).count() == 3
+
+    monkeypatch.setattr(bulk_runner, "_act_on_one", real)
+    carry_out()
+    operation.refresh_from_db()
+    assert (operation.state, operation.done, operation.skipped) == (BulkState.DONE, 7, 0)
+    assert [event.job_id for event in operation_events(operation)] == [job.id for job in jobs]
+    assert set(Job.objects.filter(id__in=[j.id for j in jobs]).values_list("manual_retries", flat=True)) == {
+        1
+    }
+
+
+def test_cancel_matching_cancels_pending_jobs_and_asks_running_ones_to_stop() -> None:
+    pending = JobFactory(queue=PAYMENTS, type="test.record")
+    running = JobFactory(running=True, queue=PAYMENTS, type="test.record")
+    asked = JobFactory(running=True, queue=PAYMENTS, type="test.record", cancel_requested_at=timezone.now())
+    ended = JobFactory(completed=True, queue=PAYMENTS, type="test.record")
+    job_filter = JobFilter(type="test.record")
+    assert django_jobs.matching("cancel", job_filter).count == 2
+
+    operation = django_jobs.cancel_matching(job_filter, reason="duplicate campaign", actor="ops")
+    assert operation.pace == bulk.DEFAULT_PACE["cancel"]
+    carry_out()
+    operation.refresh_from_db()
+    assert (operation.state, operation.done, operation.total) == (BulkState.DONE, 2, 2)
+    for job, status in (
+        (pending, JobStatus.CANCELLED),
+        (running, JobStatus.RUNNING),
+        (ended, JobStatus.COMPLETED),
+    ):
+        job.refresh_from_db()
+        assert job.status == status
+    running.refresh_from_db()
+    assert running.cancel_requested_at is not None
+    kinds = {event.job_id: event.kind for event in operation_events(operation)}
+    assert kinds == {pending.id: EventKind.CANCELLED, running.id: EventKind.CANCEL_REQUESTED}
+    assert not JobEvent.objects.filter(job=asked).exists()
+
+
+def test_a_stopped_operation_acts_on_no_further_job(monkeypatch: pytest.MonkeyPatch) -> None:
+    jobs = failed(5)
+    monkeypatch.setattr(bulk_runner, "BATCH_LIMIT", 2)
+    operation = django_jobs.retry_matching(JobFilter(code=CODE), reason="provider back", pace=1000)
+    bulk_runner._one_batch(operation.id)
+    assert django_jobs.stop_operation(operation.id, reason="it is down again", actor="ops") is True
+    assert django_jobs.stop_operation(operation.id, reason="twice", actor="ops") is False
+    carry_out()
+    operation.refresh_from_db()
+    assert (operation.state, operation.done, operation.cancelled_by) == (BulkState.CANCELLED, 2, "ops")
+    assert operation.cancel_reason == "it is down again"
+    assert Job.objects.filter(id__in=[j.id for j in jobs], status=JobStatus.FAILED).count() == 3
+    assert BulkOperationJob.objects.filter(operation=operation, outcome__isnull=True).count() == 3
+    with pytest.raises(LookupError):
+        django_jobs.stop_operation(10**12, reason="none", actor="ops")
+
+
+def test_the_pace_spaces_the_batches() -> None:
+    failed(6)
+    operation = django_jobs.retry_matching(JobFilter(code=CODE), reason="slowly", pace=3)
+    began = timezone.now()
+    carry_out()
+    operation.refresh_from_db()
+    assert operation.done == 6
+    # Two batches of three at three a second: the second starts a second after the first.
+    events = operation_events(operation)
+    assert events[3].created_at - events[0].created_at >= dt.timedelta(seconds=0.9)
+    assert timezone.now() - began >= dt.timedelta(seconds=0.9)
+
+
+# ---- refused before anything is written -------------------------------------------------------
+
+
+def nothing_written() -> bool:
+    return not BulkOperation.objects.exists() and not Job.objects.filter(type="django_jobs.bulk").exists()
+
+
+@pytest.mark.parametrize("reason", ["", "   ", "a\x00b", "x" * 2001, None, 7])
+def test_a_missing_or_unstorable_reason_is_refused(reason: Any) -> None:
+    failed(1)
+    with pytest.raises(ValueError, match=r"reason|Say why"):
+        django_jobs.retry_matching(JobFilter(code=CODE), reason=reason)
+    assert nothing_written()
+
+
+@pytest.mark.parametrize("pace", [0, -1, 10_001, 2.5, True, "10"])
+def test_a_bad_pace_is_refused(pace: Any) -> None:
+    failed(1)
+    with pytest.raises(ValueError, match="pace"):
+        django_jobs.retry_matching(JobFilter(code=CODE), reason="r", pace=pace)
+    assert nothing_written()
+
+
+def test_a_filter_that_matches_nothing_is_refused() -> None:
+    failed(1)
+    with pytest.raises(bulk.NothingMatches, match="no job matches"):
+        django_jobs.retry_matching(JobFilter(code="NEVER_SEEN"), reason="r")
+    # Matching jobs, none of which the action applies to.
+    with pytest.raises(bulk.NothingMatches):
+        django_jobs.cancel_matching(JobFilter(code=CODE), reason="r")
+    assert nothing_written()
+
+
+@pytest.mark.parametrize(
+    ("parts", "message"),
+    [
+        ({"status": "borked"}, "status"),
+        ({"status": "pending"}, None),  # valid, but a retry cannot apply: refused by the action
+        ({"queue": "no such queue!"}, "queue"),
+        ({"type": "a b"}, "type"),
+        ({"code": "x" * 500}, "code"),
+        ({"workflow": -1}, "workflow"),
+        ({"workflow": True}, "workflow"),
+        ({"search": ""}, "search"),
+        ({"search": "a\x00"}, "NUL"),
+        ({"status": "pending", "ended_since": timezone.now()}, "has not ended"),
+        ({"ended_since": dt.datetime(2026, 1, 1)}, "time zone"),  # naive on purpose
+        ({"ended_since": timezone.now(), "ended_until": timezone.now() - dt.timedelta(hours=1)}, "before"),
+        ({"colour": "red"}, "unknown"),
+    ],
+)
+def test_a_bad_filter_is_refused_with_what_was_wrong(parts: dict[str, Any], message: str | None) -> None:
+    failed(1)
+    with pytest.raises(InvalidFilter, match=message or "only failed"):
+        django_jobs.retry_matching(JobFilter.from_dict(parts), reason="r")
+    assert nothing_written()
+
+
+def test_an_unknown_queue_or_type_is_named() -> None:
+    failed(1)
+    with pytest.raises(InvalidFilter, match="no job has queue 'paymnets'"):
+        django_jobs.matching("retry", JobFilter(queue="paymnets"))
+    with pytest.raises(InvalidFilter, match=r"no job has type 'shop\.refnud'"):
+        django_jobs.retry_matching(JobFilter(type="shop.refnud"), reason="r")
+    with pytest.raises(InvalidFilter, match="not an action"):
+        django_jobs.matching("delete", JobFilter())
+    assert nothing_written()
+
+
+@pytest.mark.parametrize("text", ["yesterday", "2026-13-01", "", "2h ago", "9" * 50, "1w", "\x00"])
+def test_a_malformed_time_is_refused(text: str) -> None:
+    with pytest.raises(InvalidFilter):
+        JobFilter.from_dict({"ended_since": text})
+    with pytest.raises(InvalidFilter):
+        parse_moment(text, "since")
+
+
+def test_times_as_people_write_them() -> None:
+    now = timezone.now()
+    assert parse_moment("2h", now=now) == now - dt.timedelta(hours=2)
+    assert parse_moment(" 30m ", now=now) == now - dt.timedelta(minutes=30)
+    moment = parse_moment("2026-12-04T14:00")
+    assert timezone.is_aware(moment) and moment.hour == 14
+    assert parse_moment("2026-12-04T14:00+03:00").utcoffset() == dt.timedelta(hours=3)
+
+
+def test_more_matches_than_one_operation_takes_are_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(bulk, "MAX_OPERATION_JOBS", 40)
+    failed(41)
+    seen = django_jobs.matching("retry", JobFilter(code=CODE))
+    assert seen.over_cap and seen.count == 41 and seen.exact
+    with pytest.raises(bulk.TooManyMatches, match="more than 40 jobs match"):
+        django_jobs.retry_matching(JobFilter(code=CODE), reason="r")
+    assert nothing_written()
+
+
+def test_a_count_far_over_the_cap_is_the_planners_estimate(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(bulk, "MAX_OPERATION_JOBS", 10)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "INSERT INTO django_jobs_job (queue, type, version, payload, status, priority, attempts, "
+            "max_attempts, last_error_code, finished_at, available_at) "
+            "SELECT 'payments', 'test.noop', 1, '{}', 'failed', 0, 5, 5, 'PROVIDER_DOWN', now(), now() "
+            "FROM generate_series(1, 2000)"
+        )
+        cursor.execute("ANALYZE django_jobs_job")
+    seen = django_jobs.matching("retry", JobFilter(code=CODE))
+    assert not seen.exact and seen.over_cap and seen.count > 100
+    assert len(seen.sample) == bulk.SAMPLE_SIZE
