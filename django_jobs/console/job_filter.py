@@ -26,6 +26,8 @@ CODE_RE = re.compile(rf"[\w.:/-]{{1,{MAX_CODE_CHARS}}}\Z")
 #: "2h", "30m", "1d", "90s": that long before now.
 _AGO = re.compile(r"^\s*([0-9]{1,6})\s*([smhd])\s*$")
 _UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+#: "14:00": the last time the clock showed it, in the project's time zone.
+_CLOCK = re.compile(r"^\s*([01]?[0-9]|2[0-3]):([0-5][0-9])\s*$")
 _LARGEST_ID = 10**18
 
 
@@ -119,13 +121,20 @@ class JobFilter:
 
 def parse_moment(text: str, name: str = "time", now: dt.datetime | None = None) -> dt.datetime:
     """A moment as a person writes it: ISO 8601 (``2026-12-04T14:00``, in the project's time
-    zone when it names none) or an age (``2h``, ``30m``, ``1d``: that long before now)."""
+    zone when it names none), a time of day (``14:00``: today, or yesterday if that is still
+    to come) or an age (``2h``, ``30m``, ``1d``: that long before now)."""
     if not isinstance(text, str) or not text.strip() or "\x00" in text or len(text) > 40:
         raise InvalidFilter(f"{name}: give a time such as 2026-12-04T14:00, or an age such as 2h")
+    now = now or timezone.now()
+    clock = _CLOCK.match(text)
+    if clock:
+        local = timezone.localtime(now)
+        moment = local.replace(hour=int(clock.group(1)), minute=int(clock.group(2)), second=0, microsecond=0)
+        return moment if moment <= local else moment - dt.timedelta(days=1)
     ago = _AGO.match(text)
     if ago:
         seconds = int(ago.group(1)) * _UNIT_SECONDS[ago.group(2)]
-        return (now or timezone.now()) - dt.timedelta(seconds=seconds)
+        return now - dt.timedelta(seconds=seconds)
     try:
         moment = dt.datetime.fromisoformat(text.strip())
     except ValueError:

@@ -7,11 +7,13 @@ from __future__ import annotations
 
 import datetime as dt
 import uuid
+from io import StringIO
 from typing import Any
 
 import pytest
 from django.contrib.admin.models import LogEntry
 from django.contrib.auth.models import User
+from django.core.management import CommandError, call_command
 from django.db import connection
 from django.utils import timezone
 
@@ -312,3 +314,87 @@ def test_a_count_far_over_the_cap_is_the_planners_estimate(monkeypatch: pytest.M
     seen = django_jobs.matching("retry", JobFilter(code=CODE))
     assert not seen.exact and seen.over_cap and seen.count > 100
     assert len(seen.sample) == bulk.SAMPLE_SIZE
+
+
+# ---- from the command line ----------------------------------------------------------------------
+
+
+def jobs(*args: str) -> tuple[str, str]:
+    out, err = StringIO(), StringIO()
+    call_command("jobs", *args, stdout=out, stderr=err)
+    return out.getvalue(), err.getvalue()
+
+
+def test_the_command_line_is_a_dry_run_until_told_to_apply() -> None:
+    wanted = failed(3)
+    failed(1, last_error_code="OTHER")
+    out, _ = jobs("retry", "--status", "failed", "--code", CODE, "--since", "1h", "--reason", "provider back")
+    assert "would retry 3 job(s) matching status=failed, code=PROVIDER_DOWN, ended_since=" in out
+    assert all(str(job.id) in out for job in wanted)
+    assert "Dry run: nothing changed" in out
+    assert nothing_written()
+
+    out, _ = jobs(
+        "retry", "--code", CODE, "--reason", "provider back", "--actor", "ops", "--apply", "--pace", "500"
+    )
+    operation = BulkOperation.objects.get()
+    assert f"operation {operation.id} started: retry of 3 job(s)" in out
+    assert (operation.actor, operation.pace) == ("ops", 500)
+    carry_out()
+    out, _ = jobs("operation", str(operation.id))
+    assert "done: 3 done, 0 skipped, 0 left" in out
+
+
+def test_the_command_line_stops_an_operation() -> None:
+    failed(2)
+    operation = django_jobs.retry_matching(JobFilter(code=CODE), reason="r", actor="ops")
+    with pytest.raises(CommandError, match="say why"):
+        jobs("operation", str(operation.id), "--stop")
+    out, _ = jobs("operation", str(operation.id), "--stop", "--reason", "down again", "--actor", "ops")
+    assert "cancelled: 0 done" in out and "stopped by ops: down again" in out
+    with pytest.raises(CommandError, match="ended already"):
+        jobs("operation", str(operation.id), "--stop", "--reason", "again")
+    with pytest.raises(CommandError, match="no bulk operation"):
+        jobs("operation", "999999999")
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["retry", "--reason", "r"], "say which jobs"),
+        (["retry", "1", "--code", CODE, "--reason", "r"], "not both"),
+        (["retry", "--code", "NEVER", "--reason", "r"], "no job matches"),
+        (["retry", "--queue", "nowhere", "--reason", "r"], "no job has queue"),
+        (["retry", "--status", "pending", "--reason", "r"], "only failed"),
+        (["cancel", "--status", "pending", "--since", "1h", "--reason", "r"], "has not ended"),
+        (["retry", "--search", "a" * 400, "--reason", "r"], "at most 300"),
+    ],
+)
+def test_the_command_line_refuses_what_cannot_apply(args: list[str], message: str) -> None:
+    failed(1)
+    with pytest.raises(CommandError, match=message):
+        jobs(*args)
+    assert nothing_written()
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["retry", "--status", "borked", "--reason", "r"],
+        ["retry", "--code", "a b", "--reason", "r"],
+        ["retry", "--since", "yesterday", "--reason", "r"],
+        ["retry", "--code", CODE, "--pace", "0", "--reason", "r"],
+        ["retry", "--code", CODE, "--pace", "99999", "--reason", "r"],
+        ["retry", "--code", CODE, "--reason", ""],
+    ],
+)
+def test_the_parser_refuses_a_bad_value(args: list[str]) -> None:
+    with pytest.raises(CommandError, match=r"argument|invalid"):
+        jobs(*args)
+
+
+def test_over_the_cap_the_dry_run_says_to_narrow_the_filter(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(bulk, "MAX_OPERATION_JOBS", 2)
+    failed(3)
+    with pytest.raises(CommandError, match="at most 2 jobs: narrow the filter"):
+        jobs("retry", "--code", CODE, "--reason", "r")

@@ -1,7 +1,9 @@
-"""``manage.py jobs retry|cancel|explain|list``: what the console does to one job, from a shell.
+"""``manage.py jobs retry|cancel|explain|list|operation``: what the console does, from a shell.
 
-Thin: it parses, then calls ``django_jobs.console.actions`` (the console's own audited path) and
-``diagnosis.explain``. Every bad value is refused by the parser with what was wrong.
+Thin: it parses, then calls ``django_jobs.console.actions`` (the console's own audited path),
+``django_jobs.console.bulk`` (retry or cancel every job a filter matches; see
+``management.matching``) and ``diagnosis.explain``. Every bad value is refused by the parser
+with what was wrong.
 """
 
 from __future__ import annotations
@@ -15,10 +17,13 @@ from typing import Any
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
 
+from django_jobs.conf import jobs_settings
 from django_jobs.console import actions as operations
+from django_jobs.console import bulk
 from django_jobs.errors import JobNotFound
+from django_jobs.management import matching
 from django_jobs.management.commands.explainjob import job_id, write_explanation
-from django_jobs.models import Job
+from django_jobs.models import BulkOperation, Job
 from django_jobs.names import NAME_RE, QUEUE_RE
 from django_jobs.sanitize import MAX_CODE_CHARS
 from django_jobs.schema import require_migrated
@@ -59,8 +64,8 @@ def _limit(text: str) -> int:
     return int(text)
 
 
-def _add_action(sub: argparse.ArgumentParser) -> None:
-    sub.add_argument("ids", nargs="+", type=job_id, metavar="ID", help="The jobs' ids; each is done alone.")
+def _add_action(sub: argparse.ArgumentParser, verb: str) -> None:
+    sub.add_argument("ids", nargs="*", type=job_id, metavar="ID", help="The jobs' ids; each is done alone.")
     sub.add_argument("--reason", required=True, type=_reason, help="Why: kept in the job's history.")
     who = sub.add_mutually_exclusive_group()
     who.add_argument(
@@ -71,6 +76,7 @@ def _add_action(sub: argparse.ArgumentParser) -> None:
         "--user", default=None, metavar="USERNAME",
         help="Act as this Django user: recorded by username, with an entry in the admin's history.",
     )  # fmt: skip
+    matching.add_filter_arguments(sub, verb)
 
 
 def _add_list(listing: argparse.ArgumentParser) -> None:
@@ -90,13 +96,26 @@ class Command(BaseCommand):
     help = "Retry, cancel or explain one job, or list the newest jobs by status, error code, type or queue."
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
-        verbs = parser.add_subparsers(dest="verb", required=True, metavar="retry|cancel|explain|list")
-        _add_action(verbs.add_parser("retry", help="Retry failed, cancelled or parked jobs afresh."))
-        _add_action(verbs.add_parser("cancel", help="Cancel pending jobs at once; ask running ones to stop."))
+        verbs = parser.add_subparsers(
+            dest="verb", required=True, metavar="retry|cancel|explain|list|operation"
+        )
+        _add_action(verbs.add_parser("retry", help="Retry failed, cancelled or parked jobs afresh."), "retry")
+        _add_action(
+            verbs.add_parser("cancel", help="Cancel pending jobs at once; ask running ones to stop."),
+            "cancel",
+        )
         explain = verbs.add_parser("explain", help="Say why a job is not running, or what became of it.")
         explain.add_argument("id", type=job_id, help="The job's id.")
         explain.add_argument("--json", action="store_true", help="Print the explanation as JSON.")
         _add_list(verbs.add_parser("list", help="The newest jobs matching every filter given."))
+        operation = verbs.add_parser("operation", help="How an action on every matching job goes; stop it.")
+        operation.add_argument("id", type=job_id, help="The operation's id.")
+        operation.add_argument("--stop", action="store_true", help="Stop it: no further job is acted on.")
+        operation.add_argument("--reason", type=_reason, help="Why it is stopped (with --stop).")
+        operation.add_argument("--actor", type=_actor, default=None, help="Who stops it (as for retry).")
+        operation.add_argument(
+            "--user", default=None, metavar="USERNAME", help="Stop it as this Django user."
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         require_migrated()
@@ -105,8 +124,29 @@ class Command(BaseCommand):
             write_explanation(self.stdout, options["id"], as_json=options["json"])
         elif verb == "list":
             self._list(options)
-        else:
+        elif verb == "operation":
+            self._operation(options)
+        elif options["ids"]:
+            if matching.filter_given(options) or options["apply"]:
+                raise CommandError("give job ids or filter options, not both")
             self._act(verb, options)
+        elif matching.filter_given(options):
+            matching.act_on_matching(self.stdout, verb, options, self._actor(options))
+        else:
+            raise CommandError(f"say which jobs to {verb}: their ids, or filter options such as --status")
+
+    def _operation(self, options: dict[str, Any]) -> None:
+        operation = BulkOperation.objects.using(jobs_settings.DATABASE).filter(id=options["id"]).first()
+        if operation is None:
+            raise CommandError(f"no bulk operation has id {options['id']}")
+        if options["stop"]:
+            if options["reason"] is None:
+                raise CommandError("say why it is stopped: --reason")
+            stopped = bulk.stop_operation(operation.id, reason=options["reason"], actor=self._actor(options))
+            if not stopped:
+                raise CommandError(f"operation {operation.id} had ended already ({operation.state})")
+            operation.refresh_from_db()
+        matching.write_operation(self.stdout, operation)
 
     def _act(self, verb: str, options: dict[str, Any]) -> None:
         act = operations.retry if verb == "retry" else operations.cancel
