@@ -60,7 +60,7 @@ class BulkOperation(models.Model):
         )
 
     def __str__(self) -> str:
-        return f"{self.action} of {self.total} matching jobs (operation #{self.id})"
+        return f"{self.get_action_display()} of {self.total} matching jobs (operation #{self.id})"
 
     @property
     def left(self) -> int:
