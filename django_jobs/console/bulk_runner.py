@@ -10,6 +10,9 @@ records what became of them and moves the cursor, before it commits. So:
   job's next attempt starts after the last batch that committed, and no job is acted on twice;
 - two runs at once (a frozen worker that comes back) take turns on the row lock, and the
   second finds the cursor moved;
+- a worker frozen in the middle of a batch (SIGSTOP, a VM paused) holds the row lock: its
+  session is ended by PostgreSQL after ``BATCH_IDLE_LIMIT`` seconds idle in the transaction,
+  which rolls the batch back and lets the run that took over its job go on;
 - a stop (``bulk.stop_operation``) is seen at the next batch, which does not start.
 
 Between batches it sleeps as long as the operation's pace asks (jobs per second).
@@ -20,7 +23,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from django.db import transaction
+from django.db import connections, transaction
 
 from django_jobs.conf import jobs_settings
 from django_jobs.errors import PermanentError
@@ -33,6 +36,9 @@ from django_jobs.transitions.operator import ActionRefused, CancelResult, KeyHel
 RUNNER_TYPE = "django_jobs.bulk"
 #: The most jobs one batch (one transaction) acts on; a slower pace makes batches smaller.
 BATCH_LIMIT = 200
+#: A batch's transaction is idle only while Python moves from one statement to the next: idle
+#: this long, its process is frozen, and PostgreSQL ends the session (and the row lock).
+BATCH_IDLE_LIMIT = 10
 #: The longest sleep between two looks at whether the job should stop.
 _NAP = 0.5
 
@@ -68,6 +74,10 @@ def _one_batch(operation_id: int) -> _State:
     (0 when it has ended, or ended now)."""
     alias = jobs_settings.DATABASE
     with transaction.atomic(using=alias):
+        with connections[alias].cursor() as cursor:
+            cursor.execute(
+                "SELECT set_config('idle_in_transaction_session_timeout', %s, true)", [f"{BATCH_IDLE_LIMIT}s"]
+            )
         operation = BulkOperation.objects.using(alias).select_for_update().filter(id=operation_id).first()
         if operation is None:
             raise PermanentError(f"no bulk operation has id {operation_id}")
