@@ -21,7 +21,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from django.db import DatabaseError, connections, transaction
 from django.db.models import Q, QuerySet
 
 from django_jobs.conf import jobs_settings
@@ -30,7 +29,7 @@ from django_jobs.console.actions import _actor_name, _check_reason, _user
 from django_jobs.console.bulk_runner import RUNNER_TYPE
 from django_jobs.console.job_filter import InvalidFilter, JobFilter
 from django_jobs.models import BulkAction, BulkOperation, Job
-from django_jobs.reads.estimates import estimated_rows
+from django_jobs.reads.estimates import bounded_count, estimated_rows
 from django_jobs.states import JobStatus
 from django_jobs.transitions import bulk as bulk_writes
 
@@ -223,16 +222,7 @@ def _count(jobs: QuerySet[Job]) -> tuple[int, bool]:
     estimate = estimated_rows(jobs)
     if estimate > 10 * MAX_OPERATION_JOBS:
         return estimate, False  # far too many for one operation: counting them helps nobody
-    alias = jobs_settings.DATABASE
-    try:
-        with transaction.atomic(using=alias), connections[alias].cursor() as cursor:
-            # Local to this transaction, or to the caller's when this is a savepoint of it:
-            # the caller's own timeout is put back after.
-            cursor.execute("SELECT current_setting('statement_timeout')")
-            before = cursor.fetchone()[0]
-            cursor.execute("SELECT set_config('statement_timeout', %s, true)", [str(COUNT_TIMEOUT_MS)])
-            counted = jobs[: MAX_OPERATION_JOBS + 1].count()
-            cursor.execute("SELECT set_config('statement_timeout', %s, true)", [before])
-    except DatabaseError:  # cancelled by the timeout: say what the planner expects
+    counted = bounded_count(jobs, MAX_OPERATION_JOBS + 1, COUNT_TIMEOUT_MS)
+    if counted is None:  # counting took too long: say what the planner expects
         return estimate, False
     return counted, True

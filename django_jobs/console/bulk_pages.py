@@ -99,6 +99,12 @@ _LIST_PARTS: dict[str, Callable[[str], dict[str, Any]]] = {
 class BulkPages(JobPages):
     """The pages of the job admin that act on every job a filter matches."""
 
+    def changelist_view(
+        self, request: HttpRequest, extra_context: dict[str, Any] | None = None
+    ) -> HttpResponse:
+        context = {**(extra_context or {}), "bulk_links": self.bulk_links(request)}
+        return super().changelist_view(request, context)
+
     def bulk_links(self, request: HttpRequest) -> list[tuple[str, str]]:
         """The list's "… all matching" links this user may follow, for the list's filter; none
         when the filter cannot be acted on as a whole."""

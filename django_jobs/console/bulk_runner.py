@@ -23,7 +23,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from django.db import connections, transaction
+from django.db import transaction
 
 from django_jobs.conf import jobs_settings
 from django_jobs.errors import PermanentError
@@ -74,17 +74,13 @@ def _one_batch(operation_id: int) -> _State:
     (0 when it has ended, or ended now)."""
     alias = jobs_settings.DATABASE
     with transaction.atomic(using=alias):
-        with connections[alias].cursor() as cursor:
-            cursor.execute(
-                "SELECT set_config('idle_in_transaction_session_timeout', %s, true)", [f"{BATCH_IDLE_LIMIT}s"]
-            )
-        operation = BulkOperation.objects.using(alias).select_for_update().filter(id=operation_id).first()
+        operation = bulk_writes.lock(operation_id, BATCH_IDLE_LIMIT)
         if operation is None:
             raise PermanentError(f"no bulk operation has id {operation_id}")
         if operation.state != BulkState.RUNNING:
             return _State(operation, 0)
         batch = bulk_writes.next_batch(
-            operation.id, operation.cursor, max(1, min(BATCH_LIMIT, operation.pace))
+            operation.id, operation.last_job_id, max(1, min(BATCH_LIMIT, operation.pace))
         )
         if not batch:
             bulk_writes.finish(operation.id)

@@ -28,7 +28,7 @@ class Migration(migrations.Migration):
                 ('total', models.PositiveIntegerField()),
                 ('done', models.PositiveIntegerField(default=0)),
                 ('skipped', models.PositiveIntegerField(default=0)),
-                ('cursor', models.BigIntegerField(default=0)),
+                ('last_job_id', models.BigIntegerField(default=0)),
                 ('job_id', models.BigIntegerField(blank=True, null=True)),
                 ('created_at', models.DateTimeField(db_default=django.db.models.functions.datetime.Now())),
                 ('finished_at', models.DateTimeField(blank=True, null=True)),

@@ -41,7 +41,7 @@ class BulkOperation(models.Model):
     done = models.PositiveIntegerField(default=0)
     skipped = models.PositiveIntegerField(default=0)
     #: The highest job id dealt with: the next batch starts after it, also after a crash.
-    cursor = models.BigIntegerField(default=0)
+    last_job_id = models.BigIntegerField(default=0)
     #: The job that carries it out (a job of type ``django_jobs.bulk``).
     job_id = models.BigIntegerField(null=True, blank=True)
     created_at = models.DateTimeField(db_default=Now())

@@ -1,5 +1,6 @@
 """The planner's estimate of a result's size: the job list counts exactly only small results,
-since a ``COUNT(*)`` of millions of rows reads every one of them."""
+since a ``COUNT(*)`` of millions of rows reads every one of them; and a count bounded in rows
+and in time, for the pages that must say "exactly N" when they can."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import json
 from typing import Any
 
 from django.core.exceptions import EmptyResultSet
-from django.db import connections
+from django.db import DatabaseError, connections, transaction
 from django.db.models import Model, QuerySet
 
 #: Prefixed to a query: its plan, with the estimated rows; nothing is read (no index needed).
@@ -29,3 +30,23 @@ def _plan(row: Any) -> Any:
     # psycopg decodes the json column; a driver that does not hands back its text.
     plan = row[0]
     return json.loads(plan) if isinstance(plan, str) else plan
+
+
+def bounded_count(queryset: QuerySet[Model], limit: int, timeout_ms: int) -> int | None:
+    """How many rows ``queryset`` holds, counted up to ``limit`` (a count of ``limit`` means
+    "at least that many"); None when counting took longer than ``timeout_ms``.
+
+    The timeout is local to this count's transaction, or to the caller's when this runs inside
+    one: the caller's own ``statement_timeout`` is put back after.
+    """
+    alias = queryset.db
+    try:
+        with transaction.atomic(using=alias), connections[alias].cursor() as cursor:
+            cursor.execute("SELECT current_setting('statement_timeout')")
+            before = cursor.fetchone()[0]
+            cursor.execute("SELECT set_config('statement_timeout', %s, true)", [str(timeout_ms)])
+            counted = queryset[:limit].count()
+            cursor.execute("SELECT set_config('statement_timeout', %s, true)", [before])
+    except DatabaseError:  # cancelled by the timeout (and rolled back to where it started)
+        return None
+    return counted

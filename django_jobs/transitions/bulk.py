@@ -3,6 +3,7 @@
 
 - ``take_jobs``: the jobs it will act on, each with the status and execution seen, in one
   statement, so the operation's list is one moment's truth;
+- ``lock``: the operation's row, for one batch's transaction;
 - ``next_batch`` / ``record_batch``: one batch's jobs after the cursor, then what became of
   them, with the counts and the cursor, in the batch's transaction: a crash loses the whole
   batch or nothing, and the next run starts after the last one that committed;
@@ -44,11 +45,24 @@ class Taken:
     execution_id: Any
 
 
-def next_batch(operation_id: int, cursor: int, size: int) -> list[Taken]:
-    """The next ``size`` jobs of the operation after job id ``cursor``, in id order."""
+def lock(operation_id: int, idle_limit: int) -> BulkOperation | None:
+    """The operation's row, locked until the caller's transaction ends (None if no operation
+    has the id). A process frozen while it holds the lock has its session ended by PostgreSQL
+    once it has been idle in the transaction for ``idle_limit`` seconds: the lock is freed for
+    whoever took over its job."""
+    alias = jobs_settings.DATABASE
+    with connections[alias].cursor() as cursor:
+        cursor.execute(
+            "SELECT set_config('idle_in_transaction_session_timeout', %s, true)", [f"{idle_limit}s"]
+        )
+    return BulkOperation.objects.using(alias).select_for_update().filter(id=operation_id).first()
+
+
+def next_batch(operation_id: int, after: int, size: int) -> list[Taken]:
+    """The next ``size`` jobs of the operation after job id ``after``, in id order."""
     rows = (
         BulkOperationJob.objects.using(jobs_settings.DATABASE)
-        .filter(operation_id=operation_id, job_id__gt=cursor)
+        .filter(operation_id=operation_id, job_id__gt=after)
         .order_by("job_id")
         .values_list("job_id", "seen_status", "seen_execution")[:size]
     )
@@ -65,8 +79,8 @@ WITH marks AS (
 UPDATE django_jobs_bulkoperation SET
     done = done + (SELECT count(*) FROM marks WHERE outcome = 'done'),
     skipped = skipped + (SELECT count(*) FROM marks WHERE outcome <> 'done'),
-    cursor = %(cursor)s
-WHERE id = %(operation)s AND state = 'running' AND cursor < %(cursor)s
+    last_job_id = %(last)s
+WHERE id = %(operation)s AND state = 'running' AND last_job_id < %(last)s
 RETURNING done, skipped
 """
 
@@ -80,7 +94,7 @@ def record_batch(operation_id: int, outcomes: dict[int, str]) -> tuple[int, int]
         "operation": operation_id,
         "jobs": jobs,
         "outcomes": [outcomes[job] for job in jobs],
-        "cursor": jobs[-1],
+        "last": jobs[-1],
     }
     with connections[jobs_settings.DATABASE].cursor() as cursor:
         cursor.execute(_RECORD, params)

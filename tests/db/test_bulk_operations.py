@@ -135,7 +135,7 @@ def test_a_batch_that_fails_midway_is_rolled_back_and_the_next_attempt_acts_on_e
         while True:
             bulk_runner._one_batch(operation.id)
     operation.refresh_from_db()
-    assert (operation.done, operation.cursor) == (3, jobs[2].id)  # the first batch stands alone
+    assert (operation.done, operation.last_job_id) == (3, jobs[2].id)  # the first batch stands alone
     assert Job.objects.filter(status=JobStatus.PENDING, id__in=[j.id for j in jobs]).count() == 3
 
     monkeypatch.setattr(bulk_runner, "_act_on_one", real)
