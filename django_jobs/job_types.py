@@ -2,9 +2,10 @@
 
 ``JobType`` holds the policy a type was registered with (queue, priority, attempts and backoff,
 timeout, payload versions and their upcasters, lease and heartbeat, what happens to a lost
-execution and its external calls, concurrency and rate limits, schedule, sensitive keys) and the
-defaults that stand for what it leaves unsaid, read from ``DJANGO_JOBS`` when they are asked
-for. Part of the registry: it imports only pure rules, ``conf`` and ``handlers``.
+execution and its external calls, concurrency and rate limits, schedule, sensitive and
+searchable keys) and the defaults that stand for what it leaves unsaid, read from
+``DJANGO_JOBS`` when they are asked for. Part of the registry: it imports only pure rules,
+``conf`` and ``handlers``.
 """
 
 from __future__ import annotations
@@ -70,6 +71,9 @@ class JobType:
     #: Payload keys (exact names, at any depth) whose values the console masks for people
     #: without the ``view_sensitive_payload`` permission, besides SENSITIVE_PAYLOAD_KEYS.
     sensitive: tuple[str, ...] = ()
+    #: Top-level payload keys the console's search finds jobs of this type by (``key=value``),
+    #: each through an index of its own (``reads.search_fields``); never a sensitive key.
+    search: tuple[str, ...] = ()
     #: The concurrency key of a job enqueued without one, computed from its payload.
     concurrency_key: KeyFunction | None = None
     #: At most this many jobs of this type with the same concurrency key run at once.

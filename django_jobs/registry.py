@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import re
 from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
@@ -25,7 +26,7 @@ from django_jobs.job_types import JobType as JobType
 from django_jobs.job_types import KeyFunction, Reconciler, default_backoff
 from django_jobs.job_types import Reconciliation as Reconciliation
 from django_jobs.limits import concurrency_limit_problem, parse_rate_limit
-from django_jobs.names import CALL_NAME_RE, NAME_RE, PRIORITY_RANGE, QUEUE_RE
+from django_jobs.names import CALL_NAME_RE, NAME_RE, PRIORITY_RANGE, QUEUE_RE, SEARCH_FIELD_RE
 from django_jobs.schedules import InvalidSchedule, Schedule, from_entry, interval_seconds
 
 H = TypeVar("H", bound=Handler)
@@ -116,6 +117,7 @@ def job(
     reconcile: Reconciler | None = None,
     sla: float | None = None,
     sensitive: tuple[str, ...] | list[str] = (),
+    search: tuple[str, ...] | list[str] = (),
     concurrency_key: KeyFunction | None = None,
     concurrency_limit: int = 1,
     rate_limit: str | None = None,
@@ -136,6 +138,11 @@ def job(
     ``schedule`` (a cron expression, evaluated in ``tz``, or an interval in seconds or as a
     timedelta) makes the workers enqueue this type once per tick with an empty payload; see
     ``django_jobs.schedules`` for ``misfire_grace`` and ``on_running``.
+
+    ``search`` names top-level payload keys the console's search finds this type's jobs by
+    (``order_id=A-1234``), each once ``manage.py jobsindexes --create`` has built its index
+    (``reads.search_fields``). A sensitive key is refused: a search would let people who may
+    not see its values test guesses of them.
 
     Raises ``ValueError`` for an invalid name or policy, at import time rather than at the
     first enqueue, ``InvalidHandler`` (a ``TypeError``) for a handler that cannot be called as
@@ -164,6 +171,7 @@ def job(
         raise ValueError('on_lost="reconcile" needs a reconcile function')
     if isinstance(sensitive, str) or not all(isinstance(key, str) and key for key in sensitive):
         raise ValueError('sensitive must be a tuple of payload key names, e.g. sensitive=("card",)')
+    searchable = _search_fields(search, sensitive)
     if concurrency_key is not None and not callable(concurrency_key):
         raise ValueError("concurrency_key must be a function of the payload; give a fixed key to enqueue()")
     problem = concurrency_limit_problem(concurrency_limit)
@@ -212,6 +220,7 @@ def job(
                 reconcile=reconcile,
                 sla=sla,
                 sensitive=tuple(sensitive),
+                search=searchable,
                 concurrency_key=concurrency_key,
                 concurrency_limit=concurrency_limit,
                 rate_limit=rate,
@@ -226,3 +235,45 @@ def job(
         return handler
 
     return decorator
+
+
+def _search_fields(search: object, sensitive: tuple[str, ...] | list[str]) -> tuple[str, ...]:
+    """``@job(search=...)`` checked: a tuple or list of distinct key names that an index can be
+    named after, none of them sensitive. Raises ``ValueError`` saying which key and why."""
+    if not isinstance(search, tuple | list):
+        # A bare string would otherwise be read letter by letter: search="order_id" is a slip.
+        raise ValueError('search must be a tuple of payload key names, e.g. search=("order_id",)')
+    for field in search:
+        if not isinstance(field, str) or not SEARCH_FIELD_RE.match(field):
+            raise ValueError(
+                f"search: {str(field)[:50]!r} is not a searchable payload key: 1-40 ASCII letters, "
+                "digits and _, not starting with a digit (its index is named after it)"
+            )
+    repeated = sorted({field for field in search if search.count(field) > 1})
+    if repeated:
+        raise ValueError(f"search names {', '.join(map(repr, repeated))} more than once")
+    secret = {key.casefold() for key in sensitive}
+    for field in search:
+        if field.casefold() in secret or _matches_sensitive_pattern(field):
+            raise ValueError(
+                f"search: payload key {field!r} is sensitive (sensitive= or SENSITIVE_PAYLOAD_KEYS): "
+                "its values must not be searchable, nor copied into an index"
+            )
+    return tuple(search)
+
+
+def _matches_sensitive_pattern(key: str) -> bool:
+    """Whether one of the project's ``SENSITIVE_PAYLOAD_KEYS`` matches ``key``, as the console's
+    masking tests it. A setting or pattern that does not compile is the system check's to
+    report (E011)."""
+    try:
+        patterns = jobs_settings.SENSITIVE_PAYLOAD_KEYS
+    except TypeError:
+        return False
+    for pattern in patterns:
+        try:
+            if re.search(pattern, key, re.IGNORECASE):
+                return True
+        except (re.error, TypeError):
+            continue
+    return False

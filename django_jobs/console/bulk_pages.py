@@ -25,7 +25,7 @@ from django.views.decorators.http import require_http_methods
 
 from django_jobs.conf import jobs_settings
 from django_jobs.console import bulk
-from django_jobs.console.job_filter import InvalidFilter, JobFilter, parse_moment
+from django_jobs.console.job_filter import InvalidFilter, JobFilter, describe, parse_moment
 from django_jobs.console.pages import JobPages, plain_refusal
 from django_jobs.console.reasons import reason_problem
 from django_jobs.models import BulkAction, BulkOperation, BulkOperationJob, BulkOutcome, BulkState, Job
@@ -200,7 +200,7 @@ class BulkPages(JobPages):
             "opts": self.opts,
             "title": str(operation),
             "operation": operation,
-            "described": JobFilter.from_dict(operation.filter).describe(),
+            "described": describe(operation.filter),
             "running": operation.state == BulkState.RUNNING,
             "runner": runner.first(),
             "skipped": [
@@ -222,7 +222,7 @@ class BulkPages(JobPages):
             **self.admin_site.each_context(request),
             "opts": self.opts,
             "title": "Bulk operations",
-            "operations": [(op, JobFilter.from_dict(op.filter).describe()) for op in newest],
+            "operations": [(op, describe(op.filter)) for op in newest],
         }
         return TemplateResponse(request, "admin/django_jobs/job/bulk_operations.html", context)
 

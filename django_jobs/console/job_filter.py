@@ -115,8 +115,13 @@ class JobFilter:
 
     def describe(self) -> str:
         """The filter in words, for a page or a log line."""
-        given = self.as_dict()
-        return ", ".join(f"{name}={value}" for name, value in given.items()) or "every job"
+        return describe(self.as_dict())
+
+
+def describe(given: dict[str, Any]) -> str:
+    """A filter recorded by ``as_dict`` in words, as it was given: a recorded filter is shown,
+    never checked again (a search field declared then may be gone now)."""
+    return ", ".join(f"{name}={value}" for name, value in given.items()) or "every job"
 
 
 def parse_moment(text: str, name: str = "time", now: dt.datetime | None = None) -> dt.datetime:
@@ -156,4 +161,4 @@ def _check_pattern(name: str, value: object, pattern: re.Pattern[str], what: str
         raise InvalidFilter(f"{name}: {str(value)[:40]!r} is not {what}")
 
 
-__all__ = ["MAX_TERM_CHARS", "InvalidFilter", "JobFilter", "parse_moment"]
+__all__ = ["MAX_TERM_CHARS", "InvalidFilter", "JobFilter", "describe", "parse_moment"]

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from django.core.management.base import CommandError, OutputWrapper
 
 from django_jobs.console import bulk
-from django_jobs.console.job_filter import CODE_RE, InvalidFilter, JobFilter, parse_moment
+from django_jobs.console.job_filter import CODE_RE, InvalidFilter, JobFilter, describe, parse_moment
 from django_jobs.models import BulkAction, BulkOperation, BulkOperationJob, BulkOutcome, BulkState, Job
 from django_jobs.names import NAME_RE, QUEUE_RE
 from django_jobs.states import JobStatus
@@ -129,7 +129,7 @@ def act_on_matching(stdout: OutputWrapper, verb: str, options: dict[str, Any], a
 def write_operation(stdout: OutputWrapper, operation: BulkOperation) -> None:
     stdout.write(
         f"operation {operation.id}: {operation.action} of {operation.total} job(s) matching "
-        f"{JobFilter.from_dict(operation.filter).describe()}"
+        f"{describe(operation.filter)}"
     )
     stdout.write(f"  by {operation.actor}: {operation.reason}")
     stdout.write(

@@ -7,7 +7,12 @@ statement with the index that serves it, each behind a named function that says 
 - :mod:`~django_jobs.reads.dashboard`: the dashboard's activity, durations, SLA, retention and
   workers;
 - :mod:`~django_jobs.reads.findings`: what ``checkjobs`` and the health check look for;
-- :mod:`~django_jobs.reads.estimates`: the planner's estimate of the job list's size.
+- :mod:`~django_jobs.reads.estimates`: the planner's estimate of the job list's size;
+- :mod:`~django_jobs.reads.replica`: where the console's pages and the metrics view read
+  (``CONSOLE_DATABASE``, a streaming replica), and how far behind it is;
+- :mod:`~django_jobs.reads.search`: what a term of the console's search box finds;
+- :mod:`~django_jobs.reads.search_fields`: the payload fields job types declare searchable, and
+  the state of the index each needs.
 
 The console, the metrics view, the findings and the diagnosis run no SQL of their own
 (``tests/unit/test_reads_layer.py`` holds them to it): they call these, or a named read of the

@@ -194,3 +194,16 @@ def test_list_filters_become_the_operations_filter() -> None:
     for query in ("workflow=abc", "attention=other", "status=failed&attention=review"):
         with pytest.raises(InvalidFilter):
             read(query)
+
+
+def test_a_recorded_filter_is_shown_as_given_even_when_it_would_no_longer_apply(
+    login: Login, superuser: User
+) -> None:
+    """A search field declared then and gone now, a queue since emptied: the record stands."""
+    recorded = {"search": "gone_field=1", "queue": "<script>alert(1)</script>"}
+    operation = BulkOperation.objects.create(
+        action="retry", filter=recorded, actor="ops", reason="r", pace=5, total=0, state=BulkState.DONE
+    )
+    page = login(superuser).get(operation_url(operation.id)).content.decode()
+    assert "search=gone_field=1" in page and "<script>alert" not in page
+    assert "gone_field" in login(superuser).get("/admin/django_jobs/job/operations/").content.decode()

@@ -42,7 +42,14 @@ def manage(url: str, *args: str) -> subprocess.CompletedProcess[str]:
 
 @pytest.mark.parametrize(
     "command",
-    [["runjobs", "--burst"], ["reapjobs"], ["checkjobs"], ["explainjob", "1"], ["jobsqueue", "list"]],
+    [
+        ["runjobs", "--burst"],
+        ["reapjobs"],
+        ["checkjobs"],
+        ["explainjob", "1"],
+        ["jobsqueue", "list"],
+        ["jobsindexes", "--create"],
+    ],
 )
 def test_a_command_on_an_unmigrated_database_says_run_migrate_and_exits_2(
     unmigrated_url: str, command: list[str]
