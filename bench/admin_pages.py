@@ -4,11 +4,11 @@ Fills a dedicated database (django_jobs_admin_bench; django_jobs_admin_bench_10m
 rows, or --database NAME) with a realistic mix — mostly completed jobs, 2 % failed with error
 codes and history, pending backlogs on three queues, a few running (some with expired leases) and
 jobs waiting for review, every share a fraction of N; one job with 10,000 events and the newest
-50 with 256 KiB payloads whatever N — then requests each page through Django's test client,
-several times, and prints the median and the slowest time, the number of queries, and the most
-rows of the job and event tables one of the page's statements read (one more request, not timed,
-with ``auto_explain``). Run: `.venv/bin/python bench/admin_pages.py [--rows N] [--reps R]
-[--database NAME] [--keep]`.
+50 with 256 KiB payloads whatever N — then requests each page and the metrics view's scrape
+(``/jobs/metrics``) through Django's test client, several times, and prints the median and the
+slowest time, the number of queries, and the most rows of the job and event tables one of the
+page's statements read (one more request, not timed, with ``auto_explain``). Run:
+`.venv/bin/python bench/admin_pages.py [--rows N] [--reps R] [--database NAME] [--keep]`.
 
 The fill inserts 1,000,000 rows a statement, each committed, then runs VACUUM ANALYZE, and
 prints how long it took (10,000,000 rows: minutes). Every run refills, unless ``--keep`` and the
@@ -266,6 +266,7 @@ def main() -> None:
         f"{middle}",
         "retry confirmation, 1,000 jobs": f"/admin/django_jobs/job/act/retry/?ids={thousand}",
         "dashboard": "/admin/django_jobs/job/dashboard/",
+        "metrics scrape": "/jobs/metrics",
     }
     print(f"{Job.objects.count():,} jobs; {args.reps} requests per page after one warm-up")
     print(f"{'page':40} {'median ms':>10} {'max ms':>9} {'queries':>8} {'rows read':>10}")

@@ -17,6 +17,8 @@ table's other triggers) differ in one thing each:
 * ``no_console``: the job table without the console's three list indexes (``django_jobs_status``,
   ``_type``, ``_queue``: what a table of live jobs apart from history would leave out);
 * ``no_ready_queue``: without ``django_jobs_ready_queue``, the claim index of named queues;
+* ``no_queue_counts``: without ``django_jobs_queue_counts``, the index of the dashboard's and the
+  metrics view's counts per queue (migration 0023);
 * ``copy``: the job table as it is, its bulk rows loaded by ``COPY … (FORMAT BINARY)`` instead of
   ``INSERT … SELECT FROM unnest``, their ids first taken from the table's sequence (COPY returns
   none, and ``enqueue_many`` returns its jobs). Its single INSERTs are the ``statement`` copy's.
@@ -74,6 +76,7 @@ VARIANTS: dict[str, tuple[str | None, tuple[str, ...]]] = {
     "none": ("", ()),
     "no_console": (None, ("django_jobs_status", "django_jobs_type", "django_jobs_queue")),
     "no_ready_queue": (None, ("django_jobs_ready_queue",)),
+    "no_queue_counts": (None, ("django_jobs_queue_counts",)),
     "copy": (None, ()),
 }
 

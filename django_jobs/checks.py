@@ -16,7 +16,7 @@ from typing import Any
 from django.apps import AppConfig
 from django.conf import settings
 from django.core.checks import CheckMessage, Error, Tags, Warning, register
-from django.db import connections, router
+from django.db import DatabaseError, connections, router
 
 from django_jobs.conf import DEFAULTS, TABLE
 from django_jobs.errors import undeclared_queue
@@ -166,6 +166,35 @@ def _check_routing(alias: str) -> list[CheckMessage]:
             "that routes every model), see docs/scaling.md.",
             id="django_jobs.E050",
         )
+    ]
+
+
+@register(Tags.database)
+def check_search_indexes(
+    app_configs: Sequence[AppConfig] | None = None, databases: Collection[str] | None = None, **kwargs: Any
+) -> list[CheckMessage]:
+    """A payload field a job type declares searchable without a valid index (W003): the console
+    refuses to search by it until the index is built. It asks the database, so it runs where
+    Django runs its database checks (``migrate``, ``check --database``), not on every start."""
+    alias = user_settings().get("DATABASE", DEFAULTS["DATABASE"])
+    if not databases or alias not in databases:
+        return []
+    from django_jobs.reads.search_fields import IndexState, search_indexes
+
+    try:
+        indexes = search_indexes()
+    except DatabaseError:
+        return []  # unreachable: the command that asked has its own error to show
+    return [
+        Warning(
+            f"Job type(s) {', '.join(index.types)} declare the payload field {index.field!r} "
+            f"searchable, but its index {index.name} is {index.state}: a search by it is refused.",
+            hint="Run manage.py jobsindexes --create (CREATE INDEX CONCURRENTLY: the job table "
+            "stays writable, the build takes a while on millions of jobs).",
+            id="django_jobs.W003",
+        )
+        for index in indexes
+        if index.state in (IndexState.MISSING, IndexState.INVALID)
     ]
 
 

@@ -11,7 +11,10 @@ are allowed. The meaning of each key follows, generated from the table.
 
 from __future__ import annotations
 
+from contextvars import ContextVar
 from typing import Any
+
+from django.conf import settings
 
 from django_jobs.names import QUEUE_RE
 from django_jobs.setting import (
@@ -65,6 +68,22 @@ _CONNECTION_OPTION = optional_seconds("django_jobs.E020", "the libpq and kernel 
 _LIVENESS_LIMIT = optional_seconds("django_jobs.E031", "derived from the intervals")
 
 
+#: The alias the job tables are read from by the code running now, when that is not
+#: ``DATABASE``: set only while the console or the metrics view reads for a page
+#: (``django_jobs.reads.replica.console_reads``), never while anything writes. Every read of the
+#: job tables names ``jobs_settings.DATABASE``; this is how a page's reads, down to those of
+#: ``reads/`` and ``observe/``, reach ``CONSOLE_DATABASE`` without each taking an alias.
+READING_FROM: ContextVar[str | None] = ContextVar("django_jobs_reading_from", default=None)
+
+
+def _database(value: Any) -> str:
+    return READING_FROM.get() or str(value)
+
+
+def _is_database_alias(value: Any) -> bool:
+    return isinstance(value, str) and value in settings.DATABASES
+
+
 def _is_queue_name(value: Any) -> bool:
     return isinstance(value, str) and bool(QUEUE_RE.match(value))
 
@@ -97,12 +116,28 @@ class Settings:
 
     DATABASE = Setting(
         "default",
-        str,
+        _database,
         None,  # check_database: the alias, the routers and the vendor (E007, E008, E050)
         "Alias of the database holding the job tables. Another alias needs `DATABASE_ROUTERS = "
         '["django_jobs.routers.JobsRouter"]` (`django_jobs.E050` checks the routing) and means '
         "`enqueue()` is no longer atomic with your business writes (`django_jobs.W001`); see "
         "[scaling](scaling.md#the-job-tables-on-a-database-of-their-own).",
+    )
+    CONSOLE_DATABASE = Setting(
+        None,
+        optional(str),
+        rule(
+            or_none(_is_database_alias),
+            "django_jobs.E051",
+            "is {value!r}, not an alias of DATABASES.",
+            hint="Name a streaming replica of the jobs database, as an alias of DATABASES, or None.",
+        ),
+        "Alias of a streaming replica of the jobs database that the console's pages (the list, a "
+        "job's page, the dashboard, a workflow's page, the confirmation pages) and the metrics "
+        "view read from, each page saying how far behind the replica is. Every action still runs "
+        "on `DATABASE`, and first reads the job again there: it is refused when the job is no "
+        "longer as the page showed it. `None`: everything reads `DATABASE`. See "
+        "[operations](operations.md#console-reads-from-a-replica).",
     )
     NOTIFY = Setting(
         True,
@@ -444,6 +479,12 @@ DEFAULTS: dict[str, Any] = {s.name: s.default for s in TABLE}
 CREDENTIAL_SETTINGS = frozenset(s.name for s in TABLE if s.credential)
 
 jobs_settings = Settings()
+
+
+def primary_database() -> str:
+    """``DATABASE`` as set, even while a page reads from ``CONSOLE_DATABASE``: where the job
+    tables are written, and where what only the primary knows is read."""
+    return str(Settings.DATABASE.raw())
 
 
 def _docstring_entry(s: Setting[Any]) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import json
 from pathlib import Path
 
@@ -63,6 +64,15 @@ DATABASES = {
 }
 # Separate test runs on one server (two checkouts, say) can use separate test databases.
 DATABASES["default"]["TEST"] = {"NAME": env("TEST_DATABASE_NAME", default=None)}
+# A replica for the console to read from (DJANGO_JOBS["CONSOLE_DATABASE"]): a streaming standby
+# of DATABASE_URL given as CONSOLE_DATABASE_URL, which the console then reads; else a second
+# connection to the same database (a test mirror of default), which tests name to check where
+# the console's reads go.
+if env("CONSOLE_DATABASE_URL", default=None):
+    DATABASES["replica"] = env.db("CONSOLE_DATABASE_URL")
+else:
+    DATABASES["replica"] = copy.deepcopy(DATABASES["default"])
+DATABASES["replica"]["TEST"] = {"MIRROR": "default"}
 # The job tables' queries go to DJANGO_JOBS["DATABASE"], whichever database that is.
 DATABASE_ROUTERS = ["django_jobs.routers.JobsRouter"]
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
@@ -122,6 +132,9 @@ if env("DJANGO_JOBS_TICK_EVERY", default=None) is not None:
             "on_running": env("DJANGO_JOBS_TICK_ON_RUNNING", default="skip"),
         }
     }
+
+if env("CONSOLE_DATABASE_URL", default=None):
+    DJANGO_JOBS["CONSOLE_DATABASE"] = "replica"
 
 # Jobs in a database of their own (the system checks' tests use it).
 if env("JOBS_DATABASE_URL", default=None):

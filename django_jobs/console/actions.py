@@ -9,6 +9,9 @@ from the console, from Python (``django_jobs.retry`` / ``django_jobs.cancel``) o
   crash between the writes leaves all or none of them, and a refused action writes nothing.
   When the admin's log lives on another database, its entry follows the commit (the event is
   the record of truth; see :mod:`django_jobs.console.audit`).
+
+Given ``seen`` (what a page showed of the job, :mod:`django_jobs.console.seen`), an action
+first reads the job again, locked, and is refused unless it is still as shown.
 """
 
 from __future__ import annotations
@@ -22,6 +25,8 @@ from django_jobs import transitions
 from django_jobs.conf import jobs_settings
 from django_jobs.console import audit as consolelog
 from django_jobs.console.reasons import MAX_ACTOR_CHARS, MAX_REASON_CHARS, check_text, reason_problem
+from django_jobs.console.seen import COLUMNS as SEEN_COLUMNS
+from django_jobs.console.seen import Shown, change
 from django_jobs.errors import JobNotFound
 from django_jobs.models import Job, Workflow
 from django_jobs.observe.diagnosis import MAX_JOB_ID
@@ -44,40 +49,42 @@ if TYPE_CHECKING:
     Actor = str | AbstractBaseUser
 
 
-def retry(job_id: int, *, reason: str, actor: Actor | None = None) -> str:
+def retry(job_id: int, *, reason: str, actor: Actor | None = None, seen: Shown | None = None) -> str:
     """Retry a failed, cancelled or parked (``needs_review``) job by hand: it becomes pending
     with a fresh attempt budget; its history and last error are kept. Returns the status it
     left.
 
     ``actor`` defaults to the system user and host of this process (:func:`default_actor`).
     Raises ``ValueError`` for a bad reason or actor, ``JobNotFound`` for an id no job has, and
-    ``ActionRefused`` if the job is in another state or another active job holds its unique
-    key; nothing is written then.
+    ``ActionRefused`` if the job is in another state (or no longer as ``seen``) or another
+    active job holds its unique key; nothing is written then.
     """
     name = _actor_name(actor)
     _check_reason(reason)
     with consolelog.audited_change(_user(actor)) as audit:
-        job = _job(job_id)
-        left = transitions.manual_retry(job_id, actor=name, reason=reason)
+        job = _job(job_id, seen, "retried")
+        fence = seen.fence() if seen is not None else None
+        left = transitions.manual_retry(job_id, actor=name, reason=reason, seen=fence)
         audit.log(job, f"retried (was {left}): {reason}")
     return left
 
 
-def cancel(job_id: int, *, reason: str, actor: Actor | None = None) -> str:
+def cancel(job_id: int, *, reason: str, actor: Actor | None = None, seen: Shown | None = None) -> str:
     """Cancel a job: a pending one at once (``CancelResult.CANCELLED``), a running one
     cooperatively (``CancelResult.REQUESTED``: its next heartbeat tells the handler, which ends
     ``cancelled``, or ``completed`` if it finishes first).
 
     ``actor`` defaults to the system user and host of this process (:func:`default_actor`).
     Raises ``ValueError`` for a bad reason or actor, ``JobNotFound`` for an id no job has, and
-    ``ActionRefused`` if the job is finished or its cancellation was already requested;
-    nothing is written then.
+    ``ActionRefused`` if the job is finished, its cancellation was already requested or it is
+    no longer as ``seen``; nothing is written then.
     """
     name = _actor_name(actor)
     _check_reason(reason)
     with consolelog.audited_change(_user(actor)) as audit:
-        job = _job(job_id)
-        result = transitions.cancel(job_id, actor=name, reason=reason)
+        job = _job(job_id, seen, "cancelled")
+        fence = seen.fence() if seen is not None else None
+        result = transitions.cancel(job_id, actor=name, reason=reason, seen=fence)
         if result == CancelResult.NOT_CANCELLABLE:
             raise ActionRefused(_not_cancellable(job))
         done = "cancelled" if result == CancelResult.CANCELLED else "cancellation requested"
@@ -113,17 +120,21 @@ def cancel_workflow(workflow_id: int, *, reason: str, actor: Actor | None = None
     return cancelled, requested
 
 
-def resolve(job_id: int, *, to: str, reason: str, actor: Actor | None = None) -> None:
+def resolve(
+    job_id: int, *, to: str, reason: str, actor: Actor | None = None, seen: Shown | None = None
+) -> None:
     """Close a ``needs_review`` job after a human checked it: ``to`` is completed (its effect
     happened) or failed (it did not, and must not).
 
     Raises ``ValueError`` for a bad ``to``, reason or actor, ``JobNotFound`` for an id no job
-    has, and ``ActionRefused`` if the job no longer needs review; nothing is written then.
+    has, and ``ActionRefused`` if the job no longer needs review (or is no longer as ``seen``);
+    nothing is written then.
     """
     name = _actor_name(actor)
     _check_reason(reason)
     with consolelog.audited_change(_user(actor)) as audit:
-        job = _job(job_id)
+        # The row stays locked until the commit: the review cannot be undone in between.
+        job = _job(job_id, seen, "resolved")
         transitions.resolve(job_id, to=to, actor=name, reason=reason)
         audit.log(job, f"resolved as {to}: {reason}")
 
@@ -153,14 +164,24 @@ def _check_reason(reason: object) -> None:
         raise ValueError(problem)
 
 
-def _job(job_id: int) -> Job:
-    """The job as the log entry names it; ``JobNotFound`` rather than a vague refusal."""
+def _job(job_id: int, seen: Shown | None = None, done: str = "changed") -> Job:
+    """The job as the log entry names it; ``JobNotFound`` rather than a vague refusal. Given
+    ``seen``, the row is locked until the action commits, and ``ActionRefused`` says how it
+    differs from what the page showed (the action would be ``done``)."""
     if isinstance(job_id, bool) or not isinstance(job_id, int) or not 1 <= job_id <= MAX_JOB_ID:
         raise ValueError(f"{job_id!r} is not a job id: ids run from 1 to {MAX_JOB_ID}")
-    job = Job.objects.using(jobs_settings.DATABASE).only("id", "type", "status", "cancel_requested_at")
+    if seen is not None and seen.id != job_id:
+        raise ValueError(f"what a page showed of job {seen.id} says nothing of job {job_id}")
+    job = Job.objects.using(jobs_settings.DATABASE).only("type", "cancel_requested_at", *SEEN_COLUMNS)
+    if seen is not None:
+        # Between this comparison and the write, nobody else may move the job.
+        job = job.select_for_update()
     found = job.filter(id=job_id).first()
     if found is None:
         raise JobNotFound(f"no job has id {job_id} (it never existed, or retention pruned it)")
+    changed = change(seen, found) if seen is not None else None
+    if changed is not None:
+        raise ActionRefused(f"job {job_id} was not {done}: {changed}. Nothing was done; reload the page.")
     return found
 
 

@@ -27,7 +27,7 @@ from django.apps import apps
 from django.db import DatabaseError, router, transaction
 from django.db.models import Model
 
-from django_jobs.conf import jobs_settings
+from django_jobs.conf import READING_FROM, jobs_settings
 from django_jobs.models import PendingLogEntry
 
 if TYPE_CHECKING:
@@ -92,6 +92,10 @@ def audited_change(user: AbstractBaseUser | AnonymousUser | None) -> Iterator[Au
     back. When the admin's log is on another database, its entries are written after the
     commit; a failure then is logged, and the reaper writes them later.
     """
+    if READING_FROM.get() is not None:
+        # Actions write the primary; one begun while a page reads from CONSOLE_DATABASE would
+        # name the replica, and a standby refuses writes halfway through.
+        raise RuntimeError("an action began while a page of the console read from its replica")
     together = not apps.is_installed("django.contrib.admin") or log_alias() == jobs_settings.DATABASE
     audit = Audit(user, together=together)
     with transaction.atomic(using=jobs_settings.DATABASE):

@@ -5,9 +5,12 @@ and why, a stop button) and the list of operations.
 
 Each action needs its permission (``retry_job``, ``cancel_job``), as on one job: without it the
 list shows no such link and a forged POST is refused with a 403, before anything is read. The
-filter is the list's own query string, read by :func:`filter_from_list` into a ``JobFilter``;
-a list filter that cannot be acted on as a whole (stale running jobs, a restore hold's) is
-refused, as is a list with no filter at all.
+pages read where the console reads (``CONSOLE_DATABASE``); starting or stopping an operation
+runs on the primary, which takes the jobs as they are there.
+
+The filter is the list's own query string, read by :func:`filter_from_list` into a
+``JobFilter``; a list filter that cannot be acted on as a whole (stale running jobs, a restore
+hold's) is refused, as is a list with no filter at all.
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ from django.views.decorators.http import require_http_methods
 from django_jobs.conf import jobs_settings
 from django_jobs.console import bulk
 from django_jobs.console.job_filter import InvalidFilter, JobFilter, describe, parse_moment
-from django_jobs.console.pages import JobPages, plain_refusal
+from django_jobs.console.pages import JobPages, plain_refusal, read_page
 from django_jobs.console.reasons import reason_problem
 from django_jobs.models import BulkAction, BulkOperation, BulkOperationJob, BulkOutcome, BulkState, Job
 from django_jobs.states import JobStatus
@@ -120,6 +123,7 @@ class BulkPages(JobPages):
         ]
 
     @method_decorator(require_http_methods(["GET", "POST"]))
+    @read_page
     def bulk_view(self, request: HttpRequest, action: str) -> HttpResponse:
         if action not in PERMISSIONS:
             return plain_refusal(f"unknown action {action[:40]!r}")
@@ -163,6 +167,7 @@ class BulkPages(JobPages):
         return TemplateResponse(request, template, context, status=400 if error else 200)
 
     @method_decorator(require_http_methods(["GET", "POST"]))
+    @read_page
     def operation_view(self, request: HttpRequest, operation_id: int) -> HttpResponse:
         refused = self._refusal(request, None, "")
         if refused is not None:
@@ -213,6 +218,7 @@ class BulkPages(JobPages):
         template = "admin/django_jobs/job/bulk_operation.html"
         return TemplateResponse(request, template, context, status=400 if error else 200)
 
+    @read_page
     def operations_view(self, request: HttpRequest) -> HttpResponse:
         refused = self._refusal(request, None, "")
         if refused is not None:

@@ -1,6 +1,10 @@
 """What the on-call engineer sees first: the figures of the dashboard, each one query served by
 an index (the statements are in :mod:`django_jobs.reads`), and the SVG charts drawn from them
-(no JavaScript, no CDN)."""
+(no JavaScript, no CDN).
+
+Every figure costs the same on a table of any size: a count that could reach millions stops at a
+cap and says "10,000+", and a figure of a busy hour says which of its newest rows it was read
+from (see :mod:`django_jobs.reads.queues` and :mod:`django_jobs.reads.activity`)."""
 
 from __future__ import annotations
 
@@ -16,12 +20,17 @@ from django_jobs.models import LiveWorker, RestoreHold
 from django_jobs.models.restore import open_hold
 from django_jobs.observe import horizon
 from django_jobs.reads import dashboard as reads
+from django_jobs.reads.activity import activity
+from django_jobs.reads.bounded import bounded_reads
 from django_jobs.reads.clock import database_now
 from django_jobs.reads.queues import QueueRow, queue_rows
+from django_jobs.reads.replica import on_primary
 from django_jobs.registry import registry
 
-#: Counting beyond this many rows says "N+" instead: the dashboard stays fast on any table.
-COUNT_CAP = 100_000
+#: The late jobs of a type and the jobs retention will prune are counted up to this many (read
+#: when the dashboard is built); beyond, the page says "10,000+": the dashboard stays fast on
+#: any table.
+COUNT_CAP = 10_000
 
 
 @dataclass
@@ -41,6 +50,20 @@ class Dashboard:
     #: The open restore hold, if one is: the jobs of external types wait for an operator.
     restore_hold: RestoreHold | None = None
     charts: dict[str, SafeString] = field(default_factory=dict)
+    #: The minutes of ``throughput`` counted up to ``minute_cap`` only: they held more.
+    capped_minutes: frozenset[dt.datetime] = frozenset()
+    #: ``executions_last_hour`` and ``retry_rate`` are of the executions since this time: the
+    #: newest ``sample`` when ``executions_sampled``, else the whole hour's.
+    executions_since: dt.datetime | None = None
+    executions_sampled: bool = False
+    #: The retries were counted up to ``sample``: the rate is at least ``retry_rate``.
+    retries_capped: bool = False
+    #: ``failures_by_code`` holds the newest ``sample`` failures only: there were more.
+    failures_sampled: bool = False
+    #: ``durations`` are of the newest ``sample`` completions: the hour held more.
+    durations_sampled: bool = False
+    sample: int = 0
+    minute_cap: int = 0
 
     @property
     def failed_kept(self) -> int:
@@ -49,34 +72,56 @@ class Dashboard:
         return sum(row.failed for row in self.queues)
 
     @property
+    def failed_kept_capped(self) -> bool:
+        """Whether a queue's failed jobs were counted up to its cap only: there are more."""
+        return any(row.failed >= row.cap for row in self.queues)
+
+    @property
+    def queues_capped(self) -> bool:
+        """Whether a count of the queue table stopped at its cap."""
+        return any(
+            max(row.waiting, row.pending, row.due, row.failed, row.needs_review) >= row.cap
+            for row in self.queues
+        )
+
+    @property
     def failed_last_24h(self) -> int:
         """Jobs that ended failed in the last 24 hours and are failed still."""
         return sum(count for _, count in self.failures_by_code)
 
 
 def build() -> Dashboard:
-    """Every figure of the dashboard, read now."""
+    """Every figure of the dashboard, read now, in one transaction (the capped reads want the
+    JIT compiler off: :mod:`django_jobs.reads.bounded`)."""
+    with bounded_reads():
+        return _build()
+
+
+def _build() -> Dashboard:
     now = database_now()
     queues = queue_rows()
-    recent = reads.activity()
-    sla = []
-    for job_type in registry.all():
-        if job_type.sla is None:
-            continue
-        late, oldest = reads.late_jobs(job_type.name, job_type.sla, COUNT_CAP)
-        sla.append({"type": job_type.name, "sla": job_type.sla, "late": late, "oldest": oldest})
+    recent = activity()
+    cap = COUNT_CAP
+    slas = {t.name: t.sla for t in registry.all() if t.sla is not None}
+    late = reads.late_jobs(slas, cap)
+    sla = [
+        {"type": name, "sla": seconds, "late": late[name][0], "cap": cap, "oldest": late[name][1]}
+        for name, seconds in slas.items()
+    ]
+    kept = sorted(jobs_settings.RETENTION.items())
+    prunable = reads.prunable({status: keep for status, keep in kept if keep is not None}, cap)
     retention: list[dict[str, Any]] = []
-    for status, keep in sorted(jobs_settings.RETENTION.items()):
+    for status, keep in kept:
         if keep is None:
             retention.append({"status": status, "keep": None})
             continue
-        count, oldest_finished = reads.prunable(status, keep, COUNT_CAP)
+        count, oldest_finished = prunable[status]
         retention.append(
             {
                 "status": status,
                 "keep": keep,
                 "prunable": count,
-                "capped": count >= COUNT_CAP,
+                "capped": count >= cap,
                 "oldest": oldest_finished,
             }
         )
@@ -97,6 +142,8 @@ def build() -> Dashboard:
                 "holding": held_by.get(w.worker_id, 0) if silent else w.running,
             }
         )
+    with on_primary():  # its holders are the primary's sessions and slots, whatever the page reads
+        held = horizon.held_horizon()
     board = Dashboard(
         queues=queues,
         throughput=recent.throughput,
@@ -108,11 +155,19 @@ def build() -> Dashboard:
         sla_breaches=sla,
         retention=retention,
         generated_at=now,
-        horizon=[{"holder": h, "remedy": horizon.remedy(h)} for h in horizon.held_horizon()],
+        horizon=[{"holder": h, "remedy": horizon.remedy(h)} for h in held],
         restore_hold=open_hold(jobs_settings.DATABASE),
+        capped_minutes=recent.capped_minutes,
+        executions_since=recent.executions_since,
+        executions_sampled=recent.executions_sampled,
+        retries_capped=recent.retries_capped,
+        failures_sampled=recent.failures_sampled,
+        durations_sampled=recent.durations_sampled,
+        sample=recent.sample,
+        minute_cap=recent.minute_cap,
     )
     board.charts = {
-        "throughput": throughput_chart(recent.throughput, now),
+        "throughput": throughput_chart(recent.throughput, now, recent.capped_minutes),
         "failures": bar_chart(recent.failures_by_code),
     }
     return board
@@ -122,28 +177,35 @@ def build() -> Dashboard:
 
 
 def throughput_chart(
-    points: list[tuple[dt.datetime, int]], now: dt.datetime, width: int = 720, height: int = 160
+    points: list[tuple[dt.datetime, int]],
+    now: dt.datetime,
+    capped: frozenset[dt.datetime] = frozenset(),
+    width: int = 720,
+    height: int = 160,
 ) -> SafeString:
-    """Completed jobs per minute over the last hour, as an inline SVG column chart."""
+    """Completed jobs per minute over the last hour, as an inline SVG column chart; the columns
+    of the ``capped`` minutes, counted up to their cap only, are lighter and say "+"."""
     end = now.replace(second=0, microsecond=0)
     minutes = [end - dt.timedelta(minutes=59 - i) for i in range(60)]
     counts = dict(points)
     values = [counts.get(m, 0) for m in minutes]
     top = max(values) or 1
+    more = "+" if any(m in capped for m, v in zip(minutes, values, strict=True) if v == top) else ""
     bar = width / 60
     parts = [
         f'<svg class="djj-chart" viewBox="0 0 {width} {height + 20}" role="img" '
-        f'aria-label="Completed jobs per minute, last hour (peak {top})">'
+        f'aria-label="Completed jobs per minute, last hour (peak {top}{more})">'
     ]
     for i, (minute, value) in enumerate(zip(minutes, values, strict=True)):
         h = round(height * value / top, 1)
+        kind, plus = (' class="djj-capped"', "+") if minute in capped else ("", "")
         parts.append(
-            f'<rect x="{i * bar + 1:.1f}" y="{height - h}" width="{bar - 2:.1f}" height="{h}">'
-            f"<title>{minute:%H:%M} — {value} completed</title></rect>"
+            f'<rect{kind} x="{i * bar + 1:.1f}" y="{height - h}" width="{bar - 2:.1f}" height="{h}">'
+            f"<title>{minute:%H:%M} — {value}{plus} completed</title></rect>"
         )
     parts.append(f'<text x="0" y="{height + 15}">{minutes[0]:%H:%M}</text>')
     parts.append(f'<text x="{width}" y="{height + 15}" text-anchor="end">{minutes[-1]:%H:%M}</text>')
-    parts.append(f'<text x="{width}" y="12" text-anchor="end">peak {top}/min</text></svg>')
+    parts.append(f'<text x="{width}" y="12" text-anchor="end">peak {top}{more}/min</text></svg>')
     return mark_safe("".join(parts))  # numbers and dates only
 
 

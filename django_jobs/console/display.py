@@ -13,6 +13,7 @@ from django.utils import timezone
 from django.utils.html import format_html
 
 from django_jobs import masking
+from django_jobs.conf import jobs_settings
 from django_jobs.models import ExternalCall, Job
 from django_jobs.states import JobStatus
 
@@ -33,7 +34,8 @@ def external_calls(job: Job) -> list[CallShown]:
     """The marks of the job's external calls, newest first, each with what became of it."""
     running = job.execution_id if job.status == JobStatus.RUNNING else None
     shown = []
-    for mark in ExternalCall.objects.filter(job_id=job.id).order_by("-id")[:CALLS_SHOWN]:
+    calls = ExternalCall.objects.using(jobs_settings.DATABASE).filter(job_id=job.id)
+    for mark in calls.order_by("-id")[:CALLS_SHOWN]:
         current = mark.execution_id == running
         if mark.ended_at is not None:
             state = f"raised {mark.exception}" if mark.exception else "returned"

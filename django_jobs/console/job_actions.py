@@ -2,12 +2,17 @@
 confirmation page for both, POST with CSRF and a reason, each action behind its own permission
 (``retry_job``, ``cancel_job``, ``resolve_job``), then the audited operation of
 :mod:`django_jobs.console.actions`, as ``manage.py jobs`` and ``django_jobs.retry`` run it.
+
+The page is read where the console reads (``CONSOLE_DATABASE``, perhaps a replica that lags), and
+its form carries what it showed of each job (:mod:`django_jobs.console.seen`); the POST acts on
+the primary, on those jobs only, and each action is refused unless its job is still as shown.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Protocol
 
 from django.contrib import admin, messages
 from django.contrib.auth.base_user import AbstractBaseUser
@@ -20,9 +25,12 @@ from django.utils.http import urlencode
 from django.views.decorators.http import require_http_methods
 
 from django_jobs import transitions
+from django_jobs.conf import jobs_settings
 from django_jobs.console import actions as operations
-from django_jobs.console.pages import JobPages, plain_refusal
+from django_jobs.console import seen as shown_jobs
+from django_jobs.console.pages import JobPages, plain_refusal, read_page
 from django_jobs.console.reasons import reason_problem
+from django_jobs.console.seen import Shown
 from django_jobs.errors import JobNotFound
 from django_jobs.models import Job
 from django_jobs.reads.search import JOB_ID
@@ -32,7 +40,18 @@ MAX_IDS_PER_ACTION = 1000
 #: The confirmation page lists this many of the selected jobs and counts the rest.
 CONFIRM_ROWS_SHOWN = 100
 #: What the confirmation page reads of each selected job.
-CONFIRM_COLUMNS = ("id", "type", "queue", "status", "attempts", "max_attempts", "last_error_code")
+CONFIRM_COLUMNS = (
+    "type", "queue", "max_attempts", "last_error_code", *shown_jobs.COLUMNS,
+)  # fmt: skip
+
+
+class Run(Protocol):
+    """The audited operation, which writes the event and the log entry: (job id, user, reason,
+    what the page showed of the job, if the form said)."""
+
+    def __call__(
+        self, job_id: int, user: AbstractBaseUser, reason: str, seen: Shown | None = None, /
+    ) -> object: ...
 
 
 @dataclass(frozen=True)
@@ -42,21 +61,20 @@ class Action:
     permission: str  # codename in the django_jobs app
     eligible: frozenset[str]
     effect: str  # what happens, shown on the confirmation page
-    #: (job id, user, reason): the audited operation, which writes the event and the log entry.
-    run: Callable[[int, AbstractBaseUser, str], object]
+    run: Run
 
 
-def _retry(job_id: int, user: AbstractBaseUser, reason: str) -> object:
-    return operations.retry(job_id, actor=user, reason=reason)
+def _retry(job_id: int, user: AbstractBaseUser, reason: str, seen: Shown | None = None, /) -> object:
+    return operations.retry(job_id, actor=user, reason=reason, seen=seen)
 
 
-def _cancel(job_id: int, user: AbstractBaseUser, reason: str) -> object:
-    return operations.cancel(job_id, actor=user, reason=reason)
+def _cancel(job_id: int, user: AbstractBaseUser, reason: str, seen: Shown | None = None, /) -> object:
+    return operations.cancel(job_id, actor=user, reason=reason, seen=seen)
 
 
-def _resolver(to: str) -> Callable[[int, AbstractBaseUser, str], object]:
-    def resolve(job_id: int, user: AbstractBaseUser, reason: str) -> object:
-        operations.resolve(job_id, to=to, actor=user, reason=reason)
+def _resolver(to: str) -> Run:
+    def resolve(job_id: int, user: AbstractBaseUser, reason: str, seen: Shown | None = None, /) -> object:
+        operations.resolve(job_id, to=to, actor=user, reason=reason, seen=seen)
         return None
 
     return resolve
@@ -100,6 +118,7 @@ class JobActionPages(JobPages):
         return [a for a in ACTIONS.values() if request.user.has_perm(f"django_jobs.{a.permission}")]
 
     @method_decorator(require_http_methods(["GET", "POST"]))
+    @read_page
     def action_view(self, request: HttpRequest, action_name: str) -> HttpResponse:
         action = ACTIONS.get(action_name)
         if not self.has_view_permission(request):
@@ -118,7 +137,16 @@ class JobActionPages(JobPages):
         ids = sorted({int(part) for part in parts})
         if not ids or len(ids) > MAX_IDS_PER_ACTION:
             return plain_refusal(f"give between 1 and {MAX_IDS_PER_ACTION} job ids")
-        jobs = list(Job.objects.filter(id__in=ids).only(*CONFIRM_COLUMNS).order_by("-id"))
+        shown: dict[int, Shown] | None = None
+        if request.method == "POST" and "seen" in request.POST:
+            try:
+                shown = shown_jobs.decode(request.POST["seen"])
+            except ValueError as exc:
+                return plain_refusal(str(exc))
+            shown = {job_id: job for job_id, job in shown.items() if job_id in ids}
+        # A GET reads where the page reads; a POST reads the primary, where it acts.
+        found = Job.objects.using(jobs_settings.DATABASE).filter(id__in=ids).only(*CONFIRM_COLUMNS)
+        jobs = list(found.order_by("-id"))
         if not jobs:
             raise Http404("none of these jobs exists")
         eligible = [job for job in jobs if job.status in action.eligible]
@@ -127,7 +155,11 @@ class JobActionPages(JobPages):
         if request.method == "POST":
             error = reason_problem(reason)
             if error is None:
-                self._perform(request, action, eligible, reason)
+                # What the page showed, if its form said; else the jobs as the primary has them.
+                targets: dict[int, Shown | None] = (
+                    {job.id: None for job in eligible} if shown is None else dict(shown)
+                )
+                self._perform(request, action, targets, reason)
                 if len(ids) == 1:
                     return HttpResponseRedirect(
                         reverse(f"{self.admin_site.name}:django_jobs_job_change", args=[ids[0]])
@@ -143,6 +175,7 @@ class JobActionPages(JobPages):
             "eligible_ids": {job.id for job in eligible},
             "missing": len(ids) - len(jobs),
             "ids": ",".join(map(str, ids)),
+            "seen": shown_jobs.encode(Shown.of(job) for job in eligible),
             "reason": reason,
             "error": error,
         }
@@ -150,13 +183,16 @@ class JobActionPages(JobPages):
             request, "admin/django_jobs/job/confirm_action.html", context, status=400 if error else 200
         )
 
-    def _perform(self, request: HttpRequest, action: Action, jobs: list[Job], reason: str) -> None:
+    def _perform(
+        self, request: HttpRequest, action: Action, jobs: dict[int, Shown | None], reason: str
+    ) -> None:
+        """Run ``action`` on each of ``jobs`` (by id: what the page showed of it, or None)."""
         user = request.user
         assert isinstance(user, AbstractBaseUser)  # the admin's views admit signed-in users only
         done, refused = 0, []
-        for job in jobs:
+        for job_id, seen in sorted(jobs.items(), reverse=True):
             try:
-                action.run(job.id, user, reason)
+                action.run(job_id, user, reason, seen)
             except (transitions.ActionRefused, JobNotFound) as exc:
                 refused.append(str(exc))
                 continue

@@ -18,6 +18,7 @@ from django.utils.functional import cached_property
 
 from django_jobs.conf import jobs_settings
 from django_jobs.console import restore_holds
+from django_jobs.console.job_filter import InvalidFilter, parse_moment
 from django_jobs.errors import ErrorCode
 from django_jobs.models import Job
 from django_jobs.models.restore import open_hold
@@ -83,7 +84,8 @@ class _IndexedValuesFilter(_TextFilter):
     column = ""
 
     def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
-        return [(value, value) for value in Job.objects.distinct_values(self.column)]
+        values = Job.objects.using(jobs_settings.DATABASE).distinct_values(self.column)
+        return [(value, value) for value in values]
 
     def queryset(self, request: HttpRequest, queryset: QuerySet[Job]) -> QuerySet[Job]:
         value = self.value()
@@ -155,7 +157,7 @@ class AttentionFilter(_TextFilter):
         if request.GET.get(StatusFilter.parameter_name) not in (None, "", implied):
             return queryset.none()
         if implied is JobStatus.RUNNING:
-            return queryset.filter(pk__in=Job.objects.stale().values("pk"))
+            return queryset.filter(pk__in=Job.objects.using(queryset.db).stale().values("pk"))
         return queryset.filter(status=implied)
 
 
@@ -185,6 +187,32 @@ class RestoreFilter(_TextFilter):
             status__in=(JobStatus.PENDING, JobStatus.RUNNING),
             created_at__lt=hold.opened_at,
         )
+
+
+class EndedFilter(_TextFilter):
+    """The jobs that ended since a moment: an age offered here, or any moment the query string
+    gives (``?ended=14:00``, ``?ended=2026-12-04T14:00``, ``?ended=90m``)."""
+
+    title = "ended"
+    parameter_name = "ended"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        offered = [("1h", "In the last hour"), ("6h", "In the last 6 hours"), ("24h", "In the last day"),
+                   ("7d", "In the last week")]  # fmt: skip
+        value = self.value()
+        if value and value not in dict(offered):
+            offered.append((value, f"Since {value}"))
+        return offered
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Job]) -> QuerySet[Job]:
+        value = self.value()
+        if not value:
+            return queryset
+        try:
+            since = parse_moment(value, "ended")
+        except InvalidFilter as exc:
+            raise IncorrectLookupParameters(str(exc)) from None
+        return queryset.filter(finished_at__gte=since)
 
 
 class WorkflowFilter(_TextFilter):

@@ -19,7 +19,7 @@ from django_jobs import transitions
 from django_jobs.conf import jobs_settings
 from django_jobs.console import audit as consolelog
 from django_jobs.console import dashboard, pausing
-from django_jobs.console.pages import JobPages, plain_refusal
+from django_jobs.console.pages import JobPages, plain_refusal, read_page
 from django_jobs.console.reasons import reason_problem
 from django_jobs.models import Queue
 from django_jobs.names import QUEUE_RE
@@ -51,6 +51,7 @@ class QueuePages(JobPages):
     """The dashboard and the queue actions of the job admin."""
 
     @method_decorator(require_http_methods(["GET", "POST"]))
+    @read_page
     def queue_action_view(self, request: HttpRequest, verb: str) -> HttpResponse:
         """Pause or resume one queue (``?queue=NAME``): a confirmation page, then the audited
         transition, as for the jobs' actions."""
@@ -91,6 +92,7 @@ class QueuePages(JobPages):
             request, "admin/django_jobs/job/confirm_queue_action.html", context, status=400 if error else 200
         )
 
+    @read_page
     def dashboard_view(self, request: HttpRequest) -> HttpResponse:
         if not self.has_view_permission(request):
             return self.forbidden(request, "You may not see jobs.", "django_jobs.view_job")

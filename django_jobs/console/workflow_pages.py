@@ -15,7 +15,7 @@ from django.views.decorators.http import require_http_methods
 
 from django_jobs.conf import jobs_settings
 from django_jobs.console import actions
-from django_jobs.console.pages import JobPages
+from django_jobs.console.pages import JobPages, read_page
 from django_jobs.console.reasons import reason_problem
 from django_jobs.console.workflow_drawing import boxes, svg
 from django_jobs.models import Workflow
@@ -32,6 +32,7 @@ class WorkflowPages(JobPages):
     """The workflow page of the job admin."""
 
     @method_decorator(require_http_methods(["GET", "POST"]))
+    @read_page
     def workflow_view(self, request: HttpRequest, workflow_id: int) -> HttpResponse:
         if not self.has_view_permission(request):
             return self.forbidden(request, "You may not see jobs.", "django_jobs.view_job")

@@ -1,4 +1,7 @@
-"""The job table: ``Job``, one row per job with the happy path recorded on it, and its named
+"""Over 300 lines: the job table's columns and its indexes, each documented where it is defined;
+apart, an index would be read away from the others the planner weighs it against.
+
+The job table: ``Job``, one row per job with the happy path recorded on it, and its named
 reads (``Job.objects``: pending, running, stale, claimable, ...).
 
 Status writes do not go through this model: ``django_jobs.transitions`` is their only writer.
@@ -255,6 +258,15 @@ class Job(models.Model):
                 fields=["workflow_id"],
                 name="django_jobs_workflow_live",
                 condition=Q(workflow_id__isnull=False, status__in=sorted(KEY_HOLDING_STATUSES)),
+            ),
+            # The dashboard's and the metrics view's counts per queue: a loose scan of it finds
+            # the queues, and each count is a range of it stopped at a cap, whatever the backlog
+            # or the failed jobs kept (migration 0023). Not the running jobs: their heartbeats
+            # would write an entry each.
+            models.Index(
+                fields=["queue", "status", "available_at"],
+                name="django_jobs_queue_counts",
+                condition=Q(status__in=["failed", "needs_review", "pending", "waiting"]),
             ),
             # The claim counts the running jobs of each concurrency key it starts jobs of.
             models.Index(

@@ -1,6 +1,9 @@
 """The metrics view: the database's per-queue state and this process's own counters, for
 Prometheus. Include it with ``path("jobs/", include("django_jobs.urls"))``: ``/jobs/metrics``.
 
+With ``CONSOLE_DATABASE``, the per-queue state is read from that replica, as the console's pages
+are, and the scrape says how far behind it is (``django_jobs_console_replica_lag_seconds``).
+
 A scrape presents ``DJANGO_JOBS["METRICS_TOKEN"]`` as a bearer token, or comes from a signed in
 staff user; anything else is refused (401, or 403 for a signed in user who is not staff), since
 queue names, job types and error codes say much about a product.
@@ -17,6 +20,7 @@ from django.views.decorators.http import require_GET
 from django_jobs.conf import jobs_settings
 from django_jobs.observe import exposition, metrics
 from django_jobs.reads.queues import queue_rows
+from django_jobs.reads.replica import Lag, console_reads
 
 
 @require_GET
@@ -34,8 +38,10 @@ def metrics_view(request: HttpRequest) -> HttpResponse:
     from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, CollectorRegistry, generate_latest
 
     metrics.recorder()  # this process's counters exist, at zero, from the first scrape
-    state = CollectorRegistry(auto_describe=False)
-    state.register(_QueueState())
+    with console_reads() as lag:
+        state = CollectorRegistry(auto_describe=False)
+        state.register(_QueueState(lag))
+        body = generate_latest(state)
     own = REGISTRY
     if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
         # gunicorn's workers each keep their counters in files; one scrape sums them all.
@@ -43,15 +49,21 @@ def metrics_view(request: HttpRequest) -> HttpResponse:
 
         own = CollectorRegistry()
         multiprocess.MultiProcessCollector(own)  # type: ignore[no-untyped-call]
-    body = generate_latest(state) + generate_latest(own)
+    body += generate_latest(own)
     return HttpResponse(body, content_type=CONTENT_TYPE_LATEST)
 
 
 class _QueueState:
-    """Reads the per-queue figures at each scrape: the numbers of the dashboard's queue table."""
+    """Reads the per-queue figures at each scrape: the numbers of the dashboard's queue table,
+    and the lag of the replica they were read from, if they were."""
+
+    def __init__(self, lag: Lag | None) -> None:
+        self.lag = lag
 
     def collect(self):  # type: ignore[no-untyped-def]
-        return exposition.queue_families(queue_rows())
+        yield from exposition.queue_families(queue_rows())
+        if self.lag is not None:
+            yield exposition.replica_family(self.lag)
 
 
 def _refusal(request: HttpRequest) -> HttpResponse | None:

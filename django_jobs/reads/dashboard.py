@@ -1,58 +1,73 @@
-"""The dashboard's figures other than the queue table (:mod:`django_jobs.reads.queues`): the last
-hour's throughput, retries and processing times, the last day's failures, the SLA of each type,
-what retention will prune, and what silent workers still hold. Each is one statement served by an
-index; the counts that could grow with the table stop at a cap.
+"""The dashboard's figures other than the queue table (:mod:`django_jobs.reads.queues`) and the
+last hour (:mod:`django_jobs.reads.activity`): the SLA of each type, what retention will prune,
+and what silent workers still hold. Each is one statement served by an index; the counts that
+could grow with the table stop at a cap.
 """
 
 from __future__ import annotations
 
 import datetime as dt
-from dataclasses import dataclass
 from typing import Any
 
 from django.db import connections
 
 from django_jobs.conf import jobs_settings
+from django_jobs.reads.bounded import bounded_cursor
 
-#: Completed jobs per minute, last hour: django_jobs_finished (status, finished_at).
-THROUGHPUT = """
-SELECT date_trunc('minute', finished_at) AS minute, count(*) FROM django_jobs_job
-WHERE status = 'completed' AND finished_at > now() - interval '1 hour'
-GROUP BY minute ORDER BY minute
-"""
-#: Jobs failed in the last 24 hours and failed still, per error code: django_jobs_problems.
-FAILURES = """
-SELECT coalesce(last_error_code, 'UNKNOWN'), count(*) FROM django_jobs_job
-WHERE status = 'failed' AND finished_at > now() - interval '24 hours'
-GROUP BY 1 ORDER BY 2 DESC
-"""
-#: Retries scheduled in the last hour: django_jobs_event_kind (kind, created_at).
-RETRIES = """
-SELECT count(*) FROM django_jobs_jobevent
-WHERE kind = 'retry_scheduled' AND created_at > now() - interval '1 hour'
-"""
-#: Executions that ended in the last hour: django_jobs_finished (status, finished_at).
-FINISHED_LAST_HOUR = """
-SELECT count(*) FROM django_jobs_job
-WHERE status IN ('completed', 'failed', 'skipped') AND finished_at > now() - interval '1 hour'
-"""
-#: Per type, count and p50 / p95 seconds of the last hour's completed jobs: django_jobs_finished,
-#: which includes type and started_at, so the table is not read.
-DURATIONS = """
-SELECT type, count(*),
-       percentile_cont(0.5) WITHIN GROUP (ORDER BY EXTRACT(EPOCH FROM finished_at - started_at)),
-       percentile_cont(0.95) WITHIN GROUP (ORDER BY EXTRACT(EPOCH FROM finished_at - started_at))
-FROM django_jobs_job
-WHERE status = 'completed' AND finished_at > now() - interval '1 hour'
-GROUP BY type ORDER BY type
-"""
-#: Pending jobs of one type due longer than its SLA, and the oldest one's age, up to a cap:
-#: pending rows only, through django_jobs_status (or django_jobs_type); the LIMIT bounds the read.
+#: Per type with an SLA, its pending jobs due longer ago than the SLA (up to a cap per kind) and
+#: the oldest one's due time, through the claim's indexes of pending jobs, never the type's
+#: history: a loose scan walks the type's distinct (version, priority) in django_jobs_ready
+#: (type, version, priority DESC, available_at) as checkjobs' OLDEST_PENDING does (after
+#: (v, p) comes the same version's greatest priority below p, else the first entry of a greater
+#: version), and the distinct versions of its jobs not promoted yet in django_jobs_later (type,
+#: version, available_at); the late jobs of each are a range of the index, stopped by its
+#: LIMIT. The types and SLAs come as two arrays.
 SLA = """
-SELECT count(*), EXTRACT(EPOCH FROM now() - min(available_at)) FROM (
-    SELECT available_at FROM django_jobs_job
-    WHERE type = %s AND status = 'pending' AND available_at < now() - make_interval(secs => %s)
-    LIMIT %s
+SELECT t.type, late.n, late.oldest
+FROM unnest(%(types)s::text[], %(slas)s::float8[]) AS t(type, sla), LATERAL (
+    WITH RECURSIVE ready_level AS (
+        (SELECT version, priority FROM django_jobs_job
+         WHERE status = 'pending' AND ready AND type = t.type
+         ORDER BY type, version, priority DESC LIMIT 1)
+        UNION ALL
+        SELECT next.version, next.priority FROM ready_level AS r, LATERAL (
+            (SELECT version, priority FROM django_jobs_job
+             WHERE status = 'pending' AND ready AND type = t.type
+               AND version = r.version AND priority < r.priority
+             ORDER BY type, version, priority DESC LIMIT 1)
+            UNION ALL
+            (SELECT version, priority FROM django_jobs_job
+             WHERE status = 'pending' AND ready AND type = t.type AND version > r.version
+             ORDER BY type, version, priority DESC LIMIT 1)
+            LIMIT 1
+        ) AS next
+    ), later_version AS (
+        (SELECT version FROM django_jobs_job
+         WHERE status = 'pending' AND NOT ready AND type = t.type
+         ORDER BY type, version LIMIT 1)
+        UNION ALL
+        SELECT next.version FROM later_version AS l, LATERAL (
+            SELECT version FROM django_jobs_job
+            WHERE status = 'pending' AND NOT ready AND type = t.type AND version > l.version
+            ORDER BY type, version LIMIT 1
+        ) AS next
+    ), late AS (
+        SELECT due.available_at FROM ready_level AS r, LATERAL (
+            SELECT available_at FROM django_jobs_job
+            WHERE status = 'pending' AND ready AND type = t.type AND version = r.version
+              AND priority = r.priority AND available_at < now() - make_interval(secs => t.sla)
+            ORDER BY type, version, priority DESC, available_at LIMIT %(cap)s
+        ) AS due
+        UNION ALL
+        SELECT due.available_at FROM later_version AS l, LATERAL (
+            SELECT available_at FROM django_jobs_job
+            WHERE status = 'pending' AND NOT ready AND type = t.type AND version = l.version
+              AND available_at < now() - make_interval(secs => t.sla)
+            ORDER BY type, version, available_at LIMIT %(cap)s
+        ) AS due
+    )
+    SELECT least(count(*), %(cap)s) AS n, EXTRACT(EPOCH FROM now() - min(available_at)) AS oldest
+    FROM late
 ) AS late
 """
 #: Running jobs per worker, for the given workers: running rows only, through django_jobs_status
@@ -61,68 +76,47 @@ HELD_BY = """
 SELECT worker_id, count(*) FROM django_jobs_job
 WHERE status = 'running' AND worker_id = ANY(%s) GROUP BY worker_id
 """
-#: Jobs of one status finished longer ago than retention keeps them, and the oldest, up to a
-#: cap: django_jobs_finished (status, finished_at); when most rows are that old the planner may
-#: read the table instead, and stops at the cap.
+#: Per status that retention prunes, its jobs finished longer ago than retention keeps them,
+#: oldest first up to a cap, and the oldest: django_jobs_finished (status, finished_at), a range
+#: of it per status stopped by its LIMIT. The statuses and their retention come as two arrays.
 PRUNABLE = """
-SELECT count(*), min(finished_at) FROM (
-    SELECT finished_at FROM django_jobs_job
-    WHERE status = %s AND finished_at < now() - make_interval(secs => %s)
-    LIMIT %s
+SELECT r.status, old.n, old.oldest
+FROM unnest(%(statuses)s::text[], %(keeps)s::float8[]) AS r(status, keep), LATERAL (
+    SELECT count(*) AS n, min(finished_at) AS oldest FROM (
+        SELECT finished_at FROM django_jobs_job
+        WHERE status = r.status AND finished_at < now() - make_interval(secs => r.keep)
+        ORDER BY status, finished_at LIMIT %(cap)s
+    ) AS due
 ) AS old
 """
 
 
-@dataclass(frozen=True)
-class Activity:
-    """The last hour (and, for failures, the last day) of the job table."""
+def late_jobs(slas: dict[str, float], cap: int) -> dict[str, tuple[int, float | None]]:
+    """For each type of ``slas`` (name: seconds), how many pending jobs are due longer than its
+    SLA (at most ``cap``), and how long the oldest has been due (None: none is late)."""
+    if not slas:
+        return {}
+    with bounded_cursor() as cursor:
+        seconds = [float(sla) for sla in slas.values()]  # one array type, whatever the settings hold
+        cursor.execute(SLA, {"types": list(slas), "slas": seconds, "cap": cap})
+        return {name: (late, _float(oldest) if late else None) for name, late, oldest in cursor.fetchall()}
 
-    throughput: list[tuple[dt.datetime, int]]  # completed per minute
-    failures_by_code: list[tuple[str, int]]  # last 24 h, failed still
-    retries: int
-    finished: int
-    durations: list[dict[str, Any]]  # per type: count, p50, p95 seconds
 
-
-def activity() -> Activity:
-    """The dashboard's figures of the last hour, and the last day's failures by code."""
+def prunable(keep: dict[str, float], cap: int) -> dict[str, tuple[int, dt.datetime | None]]:
+    """For each status of ``keep`` (status: seconds retention keeps it), how many jobs finished
+    longer ago (at most ``cap``), and when the oldest finished."""
+    if not keep:
+        return {}
     with connections[jobs_settings.DATABASE].cursor() as cursor:
-        cursor.execute(THROUGHPUT)
-        throughput = [(minute, count) for minute, count in cursor.fetchall()]
-        cursor.execute(FAILURES)
-        failures = [(code, count) for code, count in cursor.fetchall()]
-        cursor.execute(RETRIES)
-        retries = cursor.fetchone()[0]
-        cursor.execute(FINISHED_LAST_HOUR)
-        finished = cursor.fetchone()[0]
-        cursor.execute(DURATIONS)
-        durations = [
-            {"type": t, "count": n, "p50": _float(p50), "p95": _float(p95)}
-            for t, n, p50, p95 in cursor.fetchall()
-        ]
-    return Activity(throughput, failures, retries, finished, durations)
-
-
-def late_jobs(type_name: str, sla: float, cap: int) -> tuple[int, float | None]:
-    """How many pending jobs of ``type_name`` are due longer than ``sla`` seconds (at most
-    ``cap``), and how long the oldest has been due."""
-    with connections[jobs_settings.DATABASE].cursor() as cursor:
-        cursor.execute(SLA, [type_name, sla, cap])
-        late, oldest = cursor.fetchone()
-    return late, _float(oldest)
-
-
-def prunable(status: str, keep: float, cap: int) -> tuple[int, dt.datetime | None]:
-    """How many jobs of ``status`` finished more than ``keep`` seconds ago (at most ``cap``),
-    and when the oldest finished."""
-    with connections[jobs_settings.DATABASE].cursor() as cursor:
-        cursor.execute(PRUNABLE, [status, keep, cap])
-        count, oldest = cursor.fetchone()
-    return count, oldest
+        seconds = [float(kept) for kept in keep.values()]  # one array type, whatever the settings hold
+        cursor.execute(PRUNABLE, {"statuses": list(keep), "keeps": seconds, "cap": cap})
+        return {status: (count, oldest) for status, count, oldest in cursor.fetchall()}
 
 
 def held_by(worker_ids: list[str]) -> dict[str, int]:
     """How many running jobs each of ``worker_ids`` holds by the job table (none: absent)."""
+    if not worker_ids:
+        return {}
     with connections[jobs_settings.DATABASE].cursor() as cursor:
         cursor.execute(HELD_BY, [worker_ids])
         return dict(cursor.fetchall())

@@ -2,7 +2,12 @@
 due, run, are stale, failed or wait for a person, and who paused the queue. The dashboard's
 queue table and the metrics view's gauges read the same numbers, from here.
 
-Each statement reads only the rows of the statuses it counts, through an index of them.
+Each figure costs the same on a table of any size. The waiting, pending, due, failed and
+parked jobs are counted through django_jobs_queue_counts, each count a range of it stopped at
+:data:`COUNT_CAP`: a backlog can legitimately be millions of jobs, and failed jobs are kept
+forever by default, but "10,000+" says all a person or an alert needs, where counting them all
+would read every one. The running jobs are counted exactly: they are few (the workers' slots,
+and the stale ones until the reaper takes them back).
 """
 
 from __future__ import annotations
@@ -11,10 +16,12 @@ import datetime as dt
 from dataclasses import dataclass
 from typing import Any
 
-from django.db import connections
-
-from django_jobs.conf import jobs_settings
+from django_jobs.reads.bounded import bounded_cursor
 from django_jobs.registry import registry
+
+#: Each count of a queue's waiting, pending, due, failed or parked jobs stops here: a count at
+#: the cap means at least this many.
+COUNT_CAP = 10_000
 
 
 @dataclass
@@ -29,32 +36,48 @@ class QueueRow:
     failed: int = 0
     needs_review: int = 0
     oldest_due_seconds: float | None = None
+    #: The cap the waiting, pending, due, failed and needs-review counts stop at.
+    cap: int = COUNT_CAP
     #: Set while the queue is paused, with who paused it and why.
     paused_at: dt.datetime | None = None
     paused_by: str | None = None
     pause_reason: str | None = None
 
 
-#: Pending, due, the oldest due job's age and the waiting workflow steps, per queue: pending
-#: and waiting rows only, through the (status, -id) entries of django_jobs_status.
-PENDING = """
-SELECT queue, count(*) FILTER (WHERE status = 'pending'),
-       count(*) FILTER (WHERE status = 'pending' AND available_at <= now()),
-       EXTRACT(EPOCH FROM now() - min(available_at)
-                                  FILTER (WHERE status = 'pending' AND available_at <= now())),
-       count(*) FILTER (WHERE status = 'waiting')
-FROM django_jobs_job WHERE status IN ('pending', 'waiting') GROUP BY queue
+#: The queues holding waiting, pending, failed or parked jobs, and each one's counts of them, up
+#: to a cap, with the age of its oldest due job: django_jobs_queue_counts (queue, status,
+#: available_at) of those statuses. The queues come from a loose scan of it (a probe per queue);
+#: each count is a range of it stopped by its LIMIT, the oldest due job the first entry of one.
+#: The status of every probe is a constant, so that the planner sees the index's predicate hold.
+COUNTS = """
+WITH RECURSIVE queues(queue) AS (
+    SELECT min(queue) FROM django_jobs_job WHERE status IN ('failed', 'needs_review', 'pending', 'waiting')
+    UNION ALL
+    SELECT (SELECT min(queue) FROM django_jobs_job
+            WHERE status IN ('failed', 'needs_review', 'pending', 'waiting') AND queue > q.queue)
+    FROM queues AS q WHERE q.queue IS NOT NULL
+)
+SELECT q.queue,
+    (SELECT count(*) FROM (SELECT FROM django_jobs_job
+                           WHERE queue = q.queue AND status = 'waiting' LIMIT %(cap)s) AS c),
+    (SELECT count(*) FROM (SELECT FROM django_jobs_job
+                           WHERE queue = q.queue AND status = 'pending' LIMIT %(cap)s) AS c),
+    (SELECT count(*) FROM (SELECT FROM django_jobs_job
+                           WHERE queue = q.queue AND status = 'pending' AND available_at <= now()
+                           LIMIT %(cap)s) AS c),
+    (SELECT EXTRACT(EPOCH FROM now() - min(available_at)) FROM django_jobs_job
+     WHERE queue = q.queue AND status = 'pending' AND available_at <= now()),
+    (SELECT count(*) FROM (SELECT FROM django_jobs_job
+                           WHERE queue = q.queue AND status = 'failed' LIMIT %(cap)s) AS c),
+    (SELECT count(*) FROM (SELECT FROM django_jobs_job
+                           WHERE queue = q.queue AND status = 'needs_review' LIMIT %(cap)s) AS c)
+FROM queues AS q WHERE q.queue IS NOT NULL
 """
 #: Running and expired leases, per queue: running rows only, through django_jobs_running or
 #: django_jobs_status.
 RUNNING = """
 SELECT queue, count(*), count(*) FILTER (WHERE lease_expires_at < now())
 FROM django_jobs_job WHERE status = 'running' GROUP BY queue
-"""
-#: Failed and needs-review jobs, per queue: django_jobs_problems (those two statuses only).
-PROBLEMS = """
-SELECT queue, status, count(*) FROM django_jobs_job
-WHERE status IN ('failed', 'needs_review') GROUP BY queue, status
 """
 #: The paused queues, with who and why: the queue table (a row per queue ever paused).
 PAUSED = "SELECT name, paused_at, paused_by, reason FROM django_jobs_queue_state WHERE paused_at IS NOT NULL"
@@ -63,27 +86,32 @@ PAUSED = "SELECT name, paused_at, paused_by, reason FROM django_jobs_queue_state
 def queue_rows() -> list[QueueRow]:
     """The per-queue figures, by queue name: every queue that holds jobs in one of the counted
     states, every queue a registered job type names and every paused one (so that an idle queue
-    can be paused ahead of time, and a paused one is seen)."""
+    can be paused ahead of time, and a paused one is seen). The counts of each stop at
+    :data:`COUNT_CAP` (read when called)."""
+    cap = COUNT_CAP
     queues: dict[str, QueueRow] = {}
-    with connections[jobs_settings.DATABASE].cursor() as cursor:
-        cursor.execute(PENDING)
-        for name, pending, due, oldest, waiting in cursor.fetchall():
+    with bounded_cursor() as cursor:
+        cursor.execute(COUNTS, {"cap": cap})
+        for name, waiting, pending, due, oldest, failed, needs_review in cursor.fetchall():
             queues[name] = QueueRow(
-                name, waiting=waiting, pending=pending, due=due, oldest_due_seconds=_float(oldest)
+                name,
+                waiting=waiting,
+                pending=pending,
+                due=due,
+                oldest_due_seconds=_float(oldest),
+                failed=failed,
+                needs_review=needs_review,
+                cap=cap,
             )
         cursor.execute(RUNNING)
         for name, running, stale in cursor.fetchall():
-            row = queues.setdefault(name, QueueRow(name))
+            row = queues.setdefault(name, QueueRow(name, cap=cap))
             row.running, row.stale = running, stale
-        cursor.execute(PROBLEMS)
-        for name, status, count in cursor.fetchall():
-            row = queues.setdefault(name, QueueRow(name))
-            setattr(row, status, count)
         for job_type in registry.all():
-            queues.setdefault(job_type.default_queue, QueueRow(job_type.default_queue))
+            queues.setdefault(job_type.default_queue, QueueRow(job_type.default_queue, cap=cap))
         cursor.execute(PAUSED)
         for name, paused_at, paused_by, reason in cursor.fetchall():
-            row = queues.setdefault(name, QueueRow(name))
+            row = queues.setdefault(name, QueueRow(name, cap=cap))
             row.paused_at, row.paused_by, row.pause_reason = paused_at, paused_by, reason
     return sorted(queues.values(), key=lambda q: q.queue)
 

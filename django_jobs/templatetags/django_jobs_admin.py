@@ -31,3 +31,18 @@ def seconds(value: float | None) -> str:
 def as_json(value: Any) -> str:
     """A JSON value as compact JSON text (not a Python repr)."""
     return json.dumps(value, ensure_ascii=False, separators=(", ", ": "))
+
+
+@register.filter
+def capped(value: int | None, cap: int) -> str:
+    """A count read up to ``cap`` rows: "10,000+" at the cap (there are at least that many),
+    else the count, with thousands separated."""
+    if value is None:
+        return "—"
+    return f"{cap:,}+" if value >= cap else f"{value:,}"
+
+
+@register.filter
+def count(value: int | None) -> str:
+    """A count, with thousands separated."""
+    return "—" if value is None else f"{value:,}"

@@ -2,8 +2,9 @@
 with its actor and reason.
 
 A retry or a cancel may be fenced by what the operator saw (:class:`Seen`): the job's status
-and execution when a bulk operation took it. It then applies only if both are unchanged, and
-its event links to the operation (``details.operation``).
+and execution when a bulk operation took it, or when a console page showed it. It then applies
+only if both are unchanged, and the event of an operation's change links to it
+(``details.operation``).
 """
 
 from __future__ import annotations
@@ -27,11 +28,12 @@ _LINK = """CASE WHEN %(operation)s::bigint IS NULL THEN NULL
 
 @dataclass(frozen=True)
 class Seen:
-    """A job as a bulk operation took it: an action applies only if it is still so."""
+    """A job as a bulk operation took it, or a page showed it: an action applies only if it is
+    still so. ``operation``: the bulk operation's id, which its events name (None for a page)."""
 
     status: str
     execution_id: uuid.UUID | None
-    operation: int
+    operation: int | None = None
 
 
 def _fenced(params: dict[str, Any], seen: Seen | None) -> dict[str, Any]:
@@ -157,7 +159,8 @@ def manual_retry(job_id: int, *, actor: str, reason: str, seen: Seen | None = No
         ) from exc
     if row is None:
         if seen is not None:
-            raise ActionRefused(f"job {job_id} was not retried: it changed since the operation took it")
+            taken = "the operation took it" if seen.operation is not None else "it was seen"
+            raise ActionRefused(f"job {job_id} was not retried: it changed since {taken}")
         raise ActionRefused(f"job {job_id} was not retried: only failed, cancelled or parked jobs can be")
     return str(row[1])
 

@@ -1,4 +1,7 @@
-"""Whatever a person (or a scanner) types into the console: always a page or a 400, never a 500,
+"""Over 300 lines: the pages share one table of 100,000 rows, made once per test, and each of the
+two checks of their reads has a test of its own that it can fail.
+
+Whatever a person (or a scanner) types into the console: always a page or a 400, never a 500,
 and never a query that reads the whole job table.
 
 Hypothesis drives the test client over the search box, every filter, the pagination and sorting
@@ -6,6 +9,11 @@ parameters, unknown parameters, the job page and the action view, with arbitrary
 bytes, huge and negative numbers and very long strings. Every query a request makes on the job
 table is then EXPLAINed on a table of 100,000 rows: a query no index serves, or one that reads
 a whole index of it, fails the test.
+
+The dashboard and the metrics view take no parameters, but count: an index that serves a count
+of every pending job still reads every one of them. Their statements are run with EXPLAIN
+ANALYZE, their caps lowered below what the table holds, and one that reads more rows than the
+caps allow fails the test.
 """
 
 from __future__ import annotations
@@ -25,9 +33,11 @@ from django.test.utils import CaptureQueriesContext
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from django_jobs.console import dashboard
 from django_jobs.console.job_actions import ACTIONS
+from django_jobs.reads import activity, queues
 from django_jobs.states import JobStatus
-from tests.admin.console import LIST
+from tests.admin.console import DASHBOARD, LIST
 
 # Committed rows, so that the fixture can VACUUM them: a fresh table has no visibility map, and
 # the planner then counts a filter as common as status=pending (10 %) faster by a sequential scan
@@ -300,3 +310,90 @@ def test_jobs_list_reads_through_an_index_whatever_the_filters(crowded: Client) 
         reads = [q for q in queries.captured_queries if "django_jobs_job" in q["sql"]]
         assert len(reads) == 1 and "LIMIT 50" in reads[0]["sql"], filters
         assert not list(job_table_scans(reads)), (filters, reads)
+
+
+# ---- the dashboard and the metrics view: bounded reads --------------------------------------------
+
+METRICS = "/jobs/metrics"
+#: The tables whose rows are counted as read.
+READ_TABLES = ("django_jobs_job", "django_jobs_jobevent")
+#: The running jobs' partial indexes, and a scan's condition on them. Running jobs are as many as
+#: the workers' slots (and the stale ones until the reaper takes them back), not a share of the
+#: table: they are counted whole, through whichever index.
+LIVE_INDEXES = {"django_jobs_running", "django_jobs_key_running", "django_jobs_key_running_once"}
+RUNNING_ONLY = "((status)::text = 'running'::text)"
+#: The most rows of the job and event tables one statement of the dashboard or the metrics view
+#: may read with ``lowered_caps``: above what those allow (5 queues × 5 counts × 20 rows; 3 × 100
+#: executions and 100 retries), below any set of the 100,000 rows that a count over a whole set
+#: reads (10,000 pending jobs, 5,000 failed, some 2,900 completed in the last hour, 33,000
+#: retries).
+READ_BOUND = 1_000
+
+
+@pytest.fixture
+def lowered_caps(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The caps of the dashboard's and the metrics view's counts, below what the table holds in
+    every set they count: what a statement reads shows whether its cap stops it."""
+    monkeypatch.setattr(queues, "COUNT_CAP", 20)
+    monkeypatch.setattr(dashboard, "COUNT_CAP", 20)
+    monkeypatch.setattr(activity, "MINUTE_CAP", 5)
+    monkeypatch.setattr(activity, "SAMPLE", 100)
+
+
+def rows_read(queries: list[dict[str, Any]]) -> Iterator[tuple[int, str]]:
+    """How many rows of the job and event tables each of these reads reads, kept or filtered
+    out, in all loops (as bench/admin_pages.py counts them), the running jobs' indexes aside:
+    each one run with EXPLAIN ANALYZE."""
+    with connection.cursor() as cursor:
+        for query in queries:
+            sql = query["sql"]
+            reads = sql.lstrip().upper().startswith(("SELECT", "WITH"))
+            if not reads or not any(table in sql for table in READ_TABLES):
+                continue
+            cursor.execute("EXPLAIN (ANALYZE, TIMING OFF, FORMAT JSON) " + sql)
+            plan = cursor.fetchone()[0]
+            plan = json.loads(plan) if isinstance(plan, str) else plan
+            yield _read(plan[0]["Plan"]), sql
+
+
+def _read(node: dict[str, Any]) -> int:
+    read = 0
+    running = node.get("Index Name") in LIVE_INDEXES or RUNNING_ONLY in (
+        node.get("Index Cond", ""),
+        node.get("Recheck Cond", ""),
+    )
+    if node.get("Relation Name") in READ_TABLES and "Scan" in node["Node Type"] and not running:
+        per_loop = (
+            node.get("Actual Rows", 0)
+            + node.get("Rows Removed by Filter", 0)
+            + node.get("Rows Removed by Index Recheck", 0)
+        )
+        read += int(per_loop * node.get("Actual Loops", 0))
+    return read + sum(_read(child) for child in node.get("Plans", []))
+
+
+@pytest.mark.usefixtures("lowered_caps")
+def test_the_dashboard_and_the_metrics_read_what_their_caps_allow(crowded: Client) -> None:
+    for url in (DASHBOARD, METRICS):
+        with CaptureQueriesContext(connection) as queries:
+            response = crowded.get(url)
+        assert response.status_code == 200, url
+        assert not list(job_table_scans(queries.captured_queries)), url
+        over = [(read, sql) for read, sql in rows_read(queries.captured_queries) if read > READ_BOUND]
+        assert not over, (url, over)
+    # The page says where it stopped counting.
+    page = crowded.get(DASHBOARD).content.decode()
+    assert ">20+</td>" in page  # each queue's 2,000 pending jobs, counted up to the cap
+    assert "5+ completed" in page  # 48 completions a minute, counted up to 5
+    assert "(the newest 100)" in page  # failures by code, of the newest failures only
+
+
+def test_the_read_counter_sees_a_whole_set(crowded: Client) -> None:
+    """The plan check lets a count of every pending job pass (a partial index serves it); what
+    it reads does not."""
+    whole = {"sql": "SELECT count(*) FROM django_jobs_job WHERE status = 'pending'"}
+    capped = {
+        "sql": "SELECT count(*) FROM (SELECT FROM django_jobs_job WHERE status = 'pending' LIMIT 20) AS c"
+    }
+    assert list(job_table_scans([whole, capped])) == []
+    assert [read for read, _ in rows_read([whole, capped])] == [ROWS // 10, 20]

@@ -18,7 +18,7 @@ from django.test.utils import CaptureQueriesContext
 from django.utils.html import strip_tags
 
 from django_jobs.console.job_actions import CONFIRM_ROWS_SHOWN
-from django_jobs.console.jobs import EVENTS_PER_PAGE
+from django_jobs.console.job_page import EVENTS_PER_PAGE
 from django_jobs.console.listing import MAX_PAGES, EstimatedCountPaginator
 from django_jobs.models import Job, JobEvent
 from django_jobs.states import JobStatus

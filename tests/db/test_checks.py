@@ -31,6 +31,12 @@ def test_valid_retention_and_queue_pass() -> None:
         assert check_settings() == []
 
 
+@pytest.mark.parametrize("alias", ["replica", "default", None])
+def test_a_console_database_that_names_an_alias_passes(alias: str | None) -> None:
+    with override_settings(DJANGO_JOBS={"CONSOLE_DATABASE": alias}):
+        assert check_settings() == []
+
+
 @pytest.mark.parametrize(
     ("value", "expected"),
     [
@@ -54,6 +60,8 @@ def test_valid_retention_and_queue_pass() -> None:
         ({"DEFAULT_QUEUE": "my queue"}, ["django_jobs.E014"]),
         ({"DEFAULT_QUEUE": 7}, ["django_jobs.E014"]),
         ({"NOTIFY": "no"}, ["django_jobs.E015"]),
+        ({"CONSOLE_DATABASE": "replcia"}, ["django_jobs.E051"]),  # a typo of an alias
+        ({"CONSOLE_DATABASE": 1}, ["django_jobs.E051"]),
         ({"CHECK_OLDEST_DUE_WARNING": 0}, ["django_jobs.E040"]),
         ({"CHECK_OLDEST_DUE_CRITICAL": "30m"}, ["django_jobs.E040"]),
         ({"CHECK_STALE_REAPER_INTERVALS": float("inf")}, ["django_jobs.E040"]),
