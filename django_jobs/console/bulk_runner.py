@@ -101,7 +101,7 @@ def _act(operation: BulkOperation, batch: list[bulk_writes.Taken]) -> dict[int, 
         if taken.job_id not in present:
             outcomes[taken.job_id] = BulkOutcome.GONE
             continue
-        seen = Seen(taken.status, taken.execution_id, operation.id)
+        seen = Seen(taken.status, taken.execution_id, operation.id, taken.manual_retries)
         outcomes[taken.job_id] = _act_on_one(operation, taken.job_id, seen)
     return outcomes
 

@@ -45,8 +45,9 @@ class Shown:
         return cls(job.id, str(job.status), job.execution_id, job.attempts, job.manual_retries)
 
     def fence(self) -> Seen:
-        """The guard of the transition itself: it applies only to this status and execution."""
-        return Seen(self.status, self.execution_id)
+        """The guard of the transition itself: it applies only to this status, execution and
+        count of manual retries."""
+        return Seen(self.status, self.execution_id, manual_retries=self.manual_retries)
 
 
 def encode(jobs: Iterable[Shown]) -> str:

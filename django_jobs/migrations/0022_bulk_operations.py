@@ -47,6 +47,7 @@ class Migration(migrations.Migration):
                 ('job_id', models.BigIntegerField()),
                 ('seen_status', models.CharField(max_length=20)),
                 ('seen_execution', models.UUIDField(blank=True, null=True)),
+                ('seen_manual_retries', models.PositiveIntegerField(default=0)),
                 ('outcome', models.CharField(blank=True, choices=[('done', 'Done'), ('changed', 'Skipped: it changed since'), ('key_held', 'Skipped: another live job holds its unique key'), ('gone', 'Skipped: it no longer exists')], max_length=10, null=True)),
                 ('operation', models.ForeignKey(db_index=False, on_delete=django.db.models.deletion.CASCADE, related_name='jobs', to='django_jobs.bulkoperation')),
             ],

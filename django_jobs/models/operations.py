@@ -2,10 +2,10 @@
 ``BulkOperation`` (who, why, which filter, how it went) and ``BulkOperationJob`` (the jobs it
 was started on, each with the state it was seen in and what became of it).
 
-The jobs are taken when the operation starts, each with its status and execution as they were
-then: the operation acts on a job only if both are unchanged (a job retried by someone else, or
-run again, since then is skipped, not forced). Nothing here is deleted with the jobs: the
-operation is the audit record of what was done to them.
+The jobs are taken when the operation starts, each with its status, execution and manual
+retries as they were then: the operation acts on a job only if all three are unchanged (a job
+retried by someone else, or run again, since then is skipped, not forced). Nothing here is
+deleted with the jobs: the operation is the audit record of what was done to them.
 """
 
 from __future__ import annotations
@@ -88,6 +88,9 @@ class BulkOperationJob(models.Model):
     job_id = models.BigIntegerField()
     seen_status = models.CharField(max_length=20)
     seen_execution = models.UUIDField(null=True, blank=True)
+    #: An operator's retry starts a job's attempts afresh, with no execution: a job retried by
+    #: someone else since is told apart by this count.
+    seen_manual_retries = models.PositiveIntegerField(default=0)
     outcome = models.CharField(max_length=10, choices=BulkOutcome.choices, null=True, blank=True)
 
     class Meta:

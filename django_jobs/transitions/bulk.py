@@ -23,15 +23,16 @@ from django_jobs.models import BulkOperation, BulkOperationJob, BulkState, Job
 
 # The jobs' rows read under the operation's row lock: nothing else writes the items.
 _TAKE = """
-INSERT INTO django_jobs_bulkoperationjob (operation_id, job_id, seen_status, seen_execution)
-SELECT %s, taken.id, taken.status, taken.execution_id FROM ({jobs}) AS taken
+INSERT INTO django_jobs_bulkoperationjob
+    (operation_id, job_id, seen_status, seen_execution, seen_manual_retries)
+SELECT %s, taken.id, taken.status, taken.execution_id, taken.manual_retries FROM ({jobs}) AS taken
 """
 
 
 def take_jobs(operation_id: int, jobs: Any, limit: int) -> int:
     """Record the jobs of ``jobs`` (a queryset of ``Job``), at most ``limit``, as those the
     operation acts on; returns how many."""
-    query = jobs.order_by("id").values("id", "status", "execution_id")[:limit]
+    query = jobs.order_by("id").values("id", "status", "execution_id", "manual_retries")[:limit]
     sql, params = query.query.sql_with_params()
     with connections[jobs_settings.DATABASE].cursor() as cursor:
         cursor.execute(_TAKE.format(jobs=sql), (operation_id, *params))
@@ -43,6 +44,7 @@ class Taken:
     job_id: int
     status: str
     execution_id: Any
+    manual_retries: int
 
 
 def lock(operation_id: int, idle_limit: int) -> BulkOperation | None:
@@ -64,7 +66,7 @@ def next_batch(operation_id: int, after: int, size: int) -> list[Taken]:
         BulkOperationJob.objects.using(jobs_settings.DATABASE)
         .filter(operation_id=operation_id, job_id__gt=after)
         .order_by("job_id")
-        .values_list("job_id", "seen_status", "seen_execution")[:size]
+        .values_list("job_id", "seen_status", "seen_execution", "seen_manual_retries")[:size]
     )
     return [Taken(*row) for row in rows]
 

@@ -20,7 +20,8 @@ from django_jobs.states import JobStatus
 
 # Always true when nothing was seen; else the job is as it was seen.
 _FENCE = """(%(seen_status)s::text IS NULL
-         OR (status = %(seen_status)s AND execution_id IS NOT DISTINCT FROM %(seen_execution)s::uuid))"""
+         OR (status = %(seen_status)s AND execution_id IS NOT DISTINCT FROM %(seen_execution)s::uuid
+             AND (%(seen_retries)s::integer IS NULL OR manual_retries = %(seen_retries)s)))"""
 # The event's details: those of the arrow, and the operation it belongs to, if any.
 _LINK = """CASE WHEN %(operation)s::bigint IS NULL THEN NULL
               ELSE jsonb_build_object('operation', %(operation)s::bigint) END"""
@@ -34,6 +35,10 @@ class Seen:
     status: str
     execution_id: uuid.UUID | None
     operation: int | None = None
+    #: The job's manual retries when seen (None: not compared). A job an operator retried and
+    #: that was cancelled or failed again before it ran may be back in the status seen, with
+    #: no execution, as it was: its count of manual retries has moved.
+    manual_retries: int | None = None
 
 
 def _fenced(params: dict[str, Any], seen: Seen | None) -> dict[str, Any]:
@@ -42,6 +47,7 @@ def _fenced(params: dict[str, Any], seen: Seen | None) -> dict[str, Any]:
         "seen_status": seen.status if seen else None,
         "seen_execution": seen.execution_id if seen else None,
         "operation": seen.operation if seen else None,
+        "seen_retries": seen.manual_retries if seen else None,
     }
 
 

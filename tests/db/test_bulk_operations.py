@@ -115,6 +115,22 @@ def test_jobs_that_changed_after_the_operation_took_them_are_skipped_not_forced(
     assert jobs[1].status == JobStatus.FAILED
 
 
+def test_a_job_retried_and_cancelled_again_since_is_told_apart_by_its_manual_retries() -> None:
+    """Cancelled before it ran, it has no execution; retried and cancelled again, it is back in
+    the status seen, still with none: only its count of manual retries has moved."""
+    job = JobFactory(status=JobStatus.CANCELLED, queue=PAYMENTS, type="test.record")
+    operation = django_jobs.retry_matching(JobFilter(type="test.record"), reason="r", pace=1000)
+    django_jobs.retry(job.id, reason="by hand", actor="bob")
+    django_jobs.cancel(job.id, reason="not yet", actor="bob")
+    job.refresh_from_db()
+    assert (job.status, job.execution_id, job.manual_retries) == (JobStatus.CANCELLED, None, 1)
+    carry_out()
+    operation.refresh_from_db()
+    assert (operation.done, operation.skipped) == (0, 1)
+    job.refresh_from_db()
+    assert (job.status, job.manual_retries) == (JobStatus.CANCELLED, 1)
+
+
 def test_a_batch_that_fails_midway_is_rolled_back_and_the_next_attempt_acts_on_each_job_once(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
