@@ -265,6 +265,10 @@ def main() -> None:
         "detail, 10,000 events, older page": f"/admin/django_jobs/job/{chatty}/change/?events_before="
         f"{middle}",
         "retry confirmation, 1,000 jobs": f"/admin/django_jobs/job/act/retry/?ids={thousand}",
+        "retry all matching, PROVIDER_5XX, 1 h": "/admin/django_jobs/job/bulk/retry/?failed_code=PROVIDER_5XX"
+        "&ended=1h",
+        "retry all matching, PROVIDER_5XX": "/admin/django_jobs/job/bulk/retry/?failed_code=PROVIDER_5XX",
+        "retry all matching, every failed job": "/admin/django_jobs/job/bulk/retry/?status=failed",
         "dashboard": "/admin/django_jobs/job/dashboard/",
         "metrics scrape": "/jobs/metrics",
     }

@@ -11,7 +11,7 @@ unique, in one place.
 from __future__ import annotations
 
 from collections.abc import Collection, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.apps import AppConfig
 from django.conf import settings
@@ -22,6 +22,9 @@ from django_jobs.conf import DEFAULTS, TABLE
 from django_jobs.errors import undeclared_queue
 from django_jobs.names import QUEUE_RE
 from django_jobs.setting import user_settings
+
+if TYPE_CHECKING:
+    from django_jobs.runtime.pooler import Survey
 
 
 @register(Tags.compatibility)
@@ -195,6 +198,121 @@ def check_search_indexes(
         )
         for index in indexes
         if index.state in (IndexState.MISSING, IndexState.INVALID)
+    ]
+
+
+@register(Tags.database)
+def check_pooling(
+    app_configs: Sequence[AppConfig] | None = None, databases: Collection[str] | None = None, **kwargs: Any
+) -> list[CheckMessage]:
+    """A pooler in transaction mode in front of the jobs database, found by asking it (see
+    ``runtime.pooler``), and what the settings must say then (W004 … W007). It opens two
+    connections, so it runs where Django runs its database checks (``migrate``, ``check
+    --database``) and at the start of ``runjobs`` and ``reapjobs`` (``management.pooling``),
+    not on every start."""
+    alias = user_settings().get("DATABASE", DEFAULTS["DATABASE"])
+    listen = user_settings().get("LISTEN_DATABASE")
+    if not databases or alias not in databases or alias not in settings.DATABASES:
+        return []
+    if listen is not None and listen not in settings.DATABASES:
+        return []  # E052
+    if connections[alias].vendor != "postgresql":
+        return []  # E008
+    import psycopg
+
+    from django_jobs.runtime import pooler
+
+    try:
+        seen = pooler.survey()
+    except psycopg.Error:
+        return []  # unreachable: the command that asked has its own error to show
+    return pooling_messages(seen)
+
+
+def pooling_messages(seen: Survey) -> list[CheckMessage]:
+    """The warnings about what ``seen`` found (``runjobs`` and ``reapjobs`` log them)."""
+    return [
+        *_undeclared_pool(seen),
+        *_prepared_behind_pool(seen),
+        *_listening_through_pool(seen),
+        *_listening_elsewhere(seen),
+    ]
+
+
+def _undeclared_pool(seen: Survey) -> list[CheckMessage]:
+    from django_jobs.runtime.pooler import Pooling
+
+    database = connections[seen.alias].settings_dict
+    if seen.pooling is not Pooling.TRANSACTIONS or database.get("DISABLE_SERVER_SIDE_CURSORS"):
+        return []
+    return [
+        Warning(
+            f"Database {seen.alias!r} goes through a connection pooler in transaction mode but "
+            "does not set DISABLE_SERVER_SIDE_CURSORS: django_jobs would prepare its enqueue and "
+            "claim statements there (missing on the next server connection, or another client's "
+            "statement run instead) and set its workers' statement_timeout on sessions the pooler "
+            "lends to other clients.",
+            hint=f"Set DISABLE_SERVER_SIDE_CURSORS = True in DATABASES[{seen.alias!r}], as Django "
+            "asks for transaction pooling (runjobs does it for itself when it finds the pooler); "
+            "see docs/scaling.md#pgbouncer.",
+            id="django_jobs.W004",
+        )
+    ]
+
+
+def _prepared_behind_pool(seen: Survey) -> list[CheckMessage]:
+    from django_jobs.runtime.pooler import Pooling
+
+    threshold = (connections[seen.alias].settings_dict.get("OPTIONS") or {}).get("prepare_threshold")
+    forced = user_settings().get("PREPARED_STATEMENTS")
+    if seen.pooling is not Pooling.TRANSACTIONS or (threshold is None and forced is not True):
+        return []
+    return [
+        Warning(
+            f"Database {seen.alias!r} goes through a connection pooler in transaction mode but "
+            f"prepares statements (OPTIONS['prepare_threshold'] is {threshold!r}, "
+            f"DJANGO_JOBS['PREPARED_STATEMENTS'] is {forced!r}): a statement prepared on one "
+            "server connection is missing on the next.",
+            hint="Leave OPTIONS['prepare_threshold'] out (Django's None) and PREPARED_STATEMENTS "
+            "at None, unless the pooler supports prepared statements (PgBouncer 1.21+ with "
+            "max_prepared_statements).",
+            id="django_jobs.W005",
+        )
+    ]
+
+
+def _listening_through_pool(seen: Survey) -> list[CheckMessage]:
+    """Found, or declared: the listener does not LISTEN on an alias declared pooled either."""
+    from django_jobs.runtime.pooler import Pooling
+
+    declared = bool(connections[seen.listen_alias].settings_dict.get("DISABLE_SERVER_SIDE_CURSORS"))
+    pooled = declared or seen.listen_pooling is Pooling.TRANSACTIONS
+    if not pooled or user_settings().get("NOTIFY", DEFAULTS["NOTIFY"]) is not True:
+        return []
+    return [
+        Warning(
+            f"Workers LISTEN on database {seen.listen_alias!r}, which goes through a connection "
+            "pooler in transaction mode: it cannot hold a LISTEN, so they poll every "
+            "POLL_INTERVAL instead of starting jobs within milliseconds.",
+            hint="Set DJANGO_JOBS['LISTEN_DATABASE'] to an alias that connects to PostgreSQL "
+            "directly (or through a session-mode pool), or NOTIFY = False to say that polling "
+            "is meant.",
+            id="django_jobs.W006",
+        )
+    ]
+
+
+def _listening_elsewhere(seen: Survey) -> list[CheckMessage]:
+    if seen.listen_same_database is not False:
+        return []
+    return [
+        Warning(
+            f"DJANGO_JOBS['LISTEN_DATABASE'] is {seen.listen_alias!r}, which reaches another "
+            f"database than DATABASE ({seen.alias!r}): workers would hear none of its "
+            "notifications, and poll.",
+            hint="Point it at the same PostgreSQL database as DATABASE, directly.",
+            id="django_jobs.W007",
+        )
     ]
 
 

@@ -145,8 +145,27 @@ class Settings:
         rule(is_bool, "django_jobs.E015", "must be True or False."),
         "Workers LISTEN for new jobs on one connection each and start them within milliseconds; "
         "jobs scheduled for later wake them when due. `False`: polling only, every "
-        "`POLL_INTERVAL` — for PgBouncer in transaction mode, which cannot hold a LISTEN (see "
-        "docs/workers.md).",
+        "`POLL_INTERVAL`. A worker whose listening connection goes through a pooler in "
+        "transaction mode, which cannot hold a LISTEN, polls by itself and says so "
+        "(`django_jobs.W006`): give it `LISTEN_DATABASE` (see "
+        "[scaling](scaling.md#pgbouncer)).",
+    )
+    LISTEN_DATABASE = Setting(
+        None,
+        optional(str),
+        rule(
+            or_none(_is_database_alias),
+            "django_jobs.E052",
+            "is {value!r}, not an alias of DATABASES.",
+            hint="Name an alias that connects to the jobs database's PostgreSQL directly, or None.",
+        ),
+        "Alias of a connection to the jobs database that goes to PostgreSQL directly (or through "
+        "a pool in session mode), used only for each worker's one `LISTEN` connection; claims, "
+        "heartbeats and outcomes stay on `DATABASE`. For a `DATABASE` behind PgBouncer in "
+        "transaction mode: jobs still start within milliseconds of their commit. `manage.py "
+        "check --database` warns when it reaches another database than `DATABASE` "
+        "(`django_jobs.W007`) or a transaction pool itself (`W006`). `None`: `DATABASE`. See "
+        "[scaling](scaling.md#pgbouncer).",
     )
     POLL_INTERVAL = Setting(
         1.0,
@@ -447,8 +466,9 @@ class Settings:
         "planning them at every call (the connection's other statements are left as they are). "
         "`None`: yes, unless the "
         "database alias sets `DISABLE_SERVER_SIDE_CURSORS` (Django's setting for PgBouncer in "
-        "transaction mode, where prepared statements break) or `OPTIONS['prepare_threshold']` "
-        "(then psycopg's own rule applies). `True` / `False`: always / never. See "
+        "transaction mode, where prepared statements break; `runjobs` sets it for itself on a "
+        "transaction pool it finds) or `OPTIONS['prepare_threshold']` (then psycopg's own rule "
+        "applies). `True` / `False`: always / never. See "
         "[scaling](scaling.md#pgbouncer).",
     )
     STATEMENT_TIMEOUT = Setting(
@@ -457,8 +477,9 @@ class Settings:
         _CONNECTION_OPTION,
         "Longest run of the worker's own statements: claims, heartbeats, outcomes, the reaper's "
         "and the scheduler's passes (a `statement_timeout` set on their connections). Never set "
-        "on the connections handlers use. `None` behind PgBouncer in transaction mode (set it on "
-        "the role instead).",
+        "on the connections handlers use. Not set on an alias pooled in transaction mode "
+        "(`DISABLE_SERVER_SIDE_CURSORS`), where it would stay on a server connection other "
+        "clients get: set it on the workers' role there (see [scaling](scaling.md#pgbouncer)).",
     )
     RETENTION = Setting(
         DEFAULT_RETENTION,

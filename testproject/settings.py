@@ -136,6 +136,13 @@ if env("DJANGO_JOBS_TICK_EVERY", default=None) is not None:
 if env("CONSOLE_DATABASE_URL", default=None):
     DJANGO_JOBS["CONSOLE_DATABASE"] = "replica"
 
+# The workers' LISTEN connection to PostgreSQL directly while DATABASE_URL goes through a pooler
+# in transaction mode (DJANGO_JOBS["LISTEN_DATABASE"]; the PgBouncer tests use it).
+if env("LISTEN_DATABASE_URL", default=None):
+    DATABASES["listen"] = env.db("LISTEN_DATABASE_URL")
+    DATABASES["listen"]["TEST"] = {"MIRROR": "default"}
+    DJANGO_JOBS["LISTEN_DATABASE"] = "listen"
+
 # Jobs in a database of their own (the system checks' tests use it).
 if env("JOBS_DATABASE_URL", default=None):
     DATABASES["jobs"] = env.db("JOBS_DATABASE_URL")

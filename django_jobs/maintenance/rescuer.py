@@ -149,13 +149,14 @@ def recover(limit: int | None = None) -> dict[str, int]:
     return counts
 
 
-def recover_jobs(limit: int | None = None) -> list[Recovered]:
-    """Recover every expired lease (or at most ``limit``); return what was done, job by job."""
+def recover_jobs(limit: int | None = None, *, queue: str | None = None) -> list[Recovered]:
+    """Recover every expired lease (or at most ``limit``; with ``queue``, only that queue's:
+    the self-test's pass over its own jobs); return what was done, job by job."""
     recovered: list[Recovered] = []
     remaining = limit
     while remaining is None or remaining > 0:
         batch = BATCH if remaining is None else min(BATCH, remaining)
-        done = transitions.recover_expired(decide_recovery, batch)
+        done = transitions.recover_expired(decide_recovery, batch, queue)
         for recovery in done:
             logger.warning(
                 "job recovered id=%s type=%s lost_execution=%s worker=%s attempt=%s/%s → %s",

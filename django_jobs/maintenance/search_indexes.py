@@ -12,7 +12,10 @@ request: a build reads the whole job table, which may take minutes on millions o
 
 Options: ``DATABASE`` names the connection. The build lifts the session's
 ``statement_timeout`` (a project's few seconds would cancel it half-way, leaving an invalid
-index) and sets it back afterwards.
+index) and sets it back afterwards; not on an alias pooled in transaction mode
+(``DISABLE_SERVER_SIDE_CURSORS``), where the ``SET``, the build and the ``RESET`` could each run
+on another server connection and the lifted limit stay with another client: there the role's
+``statement_timeout`` applies (a short one calls for a run over a direct connection).
 
 Caveats: ``CONCURRENTLY`` cannot run inside a transaction (:class:`BuildRefused` says so
 before PostgreSQL does); it waits for the transactions that were writing the table when it
@@ -32,6 +35,7 @@ from django.db.backends.base.base import BaseDatabaseWrapper
 
 from django_jobs.conf import jobs_settings
 from django_jobs.reads.search_fields import IndexState, SearchIndex, create_sql, drop_sql, found_indexes
+from django_jobs.transitions.cursor import transaction_pooled
 
 logger = logging.getLogger("django_jobs.search_indexes")
 
@@ -68,13 +72,16 @@ def build(index: SearchIndex) -> Built:
         return "building"
     connection = _outside_transaction()
     logger.info("search index build name=%s state=%s", index.name, index.state.value)
+    lift = not transaction_pooled(connection.alias)
     with connection.cursor() as cursor:
-        cursor.execute("SET statement_timeout = 0")
+        if lift:
+            cursor.execute("SET statement_timeout = 0")
         try:
             for statement in statements(index):
                 cursor.execute(statement)
         finally:
-            cursor.execute("RESET statement_timeout")
+            if lift:
+                cursor.execute("RESET statement_timeout")
     state = found_indexes().get(index.name, IndexState.MISSING)
     if state is not IndexState.VALID:
         raise BuildRefused(f"{index.name} is {state.value} after its build: run the command again")

@@ -5,6 +5,7 @@ with the option's name and exits with status 2, before anything runs)."""
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 
 from django_jobs.names import QUEUE_RE
 
@@ -75,3 +76,40 @@ def queue_name(value: str) -> tuple[str, int | None]:
         return name, concurrency(slots)
     except argparse.ArgumentTypeError as exc:
         raise argparse.ArgumentTypeError(f"slots of queue {name!r}: {exc}") from None
+
+
+def queue(value: str) -> str:
+    """One queue's name (no ``=SLOTS``)."""
+    if not QUEUE_RE.match(value):
+        raise argparse.ArgumentTypeError(f"{value!r} is not a valid queue name")
+    return value
+
+
+def seconds_between(low: float, high: float) -> Callable[[str], float]:
+    """A number of seconds from ``low`` to ``high``, both included."""
+
+    def parse(value: str) -> float:
+        try:
+            number = float(value)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{value!r} is not a number of seconds") from None
+        if not low <= number <= high:
+            raise argparse.ArgumentTypeError(f"{value!r} must be between {low:g} and {high:g} seconds")
+        return number
+
+    return parse
+
+
+def int_between(low: int, high: int) -> Callable[[str], int]:
+    """An integer from ``low`` to ``high``, both included."""
+
+    def parse(value: str) -> int:
+        try:
+            number = int(value)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{value!r} is not an integer") from None
+        if not low <= number <= high:
+            raise argparse.ArgumentTypeError(f"{value!r} must be between {low} and {high}")
+        return number
+
+    return parse

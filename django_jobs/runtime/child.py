@@ -40,8 +40,12 @@ def lease_terms(lease: Lease) -> dict[str, Any]:
     }
 
 
-def child_main(conn: Connection, cancel: Any, lost: Any, parent_pid: int) -> None:
-    """A child's life: set Django up, then run the jobs its slot sends until told to stop."""
+def child_main(
+    conn: Connection, cancel: Any, lost: Any, parent_pid: int, pooled: tuple[str, ...] = ()
+) -> None:
+    """A child's life: set Django up, then run the jobs its slot sends until told to stop.
+    ``pooled``: the aliases the worker treats as pooled in transaction mode, some perhaps found
+    by ``runjobs`` rather than declared in the settings the child reads."""
     _die_with_parent(parent_pid)
     # The worker decides when its children stop; a Ctrl-C sent to the whole process group
     # must not cut a handler short behind the worker's back.
@@ -50,10 +54,12 @@ def child_main(conn: Connection, cancel: Any, lost: Any, parent_pid: int) -> Non
     import django
 
     django.setup()
-    from django_jobs.runtime import connectivity
+    from django_jobs.runtime import connectivity, pooler
     from django_jobs.runtime.executor import execute
 
     connectivity.apply_connection_options()  # the worker's: a dead peer is noticed in seconds
+    for alias in pooled:  # before the side writes' first connection sets anything on a session
+        pooler.treat_as_pooled(alias)
     from django_jobs.runtime.heartbeat import Heartbeat
 
     # Side writes (heartbeat, progress, checkpoint) run on a thread with a connection of its

@@ -33,8 +33,11 @@ heartbeat's thread, bounded; an effect recorded in the handler's own transaction
 
 The settings (``CONNECT_TIMEOUT``, ``TCP_KEEPALIVES_*``, ``TCP_USER_TIMEOUT``,
 ``STATEMENT_TIMEOUT``) are documented in docs/configuration.md; ``None`` leaves one to libpq's
-and the kernel's defaults. Behind PgBouncer in transaction mode, set ``STATEMENT_TIMEOUT`` to
-``None`` (a ``SET`` would stick to a pooled server connection) and set it on the role instead.
+and the kernel's defaults. On an alias pooled in transaction mode (``DISABLE_SERVER_SIDE_CURSORS``,
+see ``transitions.cursor.transaction_pooled``) neither the timeout nor ``jit`` is set: a session's
+setting would stay on the server connection that ran it, which the pooler lends to other clients
+next (a web request would inherit the worker's 30 s limit), while the worker's next transaction
+runs on another one without it. Set them on the workers' role there (docs/scaling.md).
 """
 
 from __future__ import annotations
@@ -49,6 +52,7 @@ from django.db import connections
 from django.db.backends.signals import connection_created
 
 from django_jobs.conf import jobs_settings
+from django_jobs.transitions.cursor import transaction_pooled
 
 #: Per thread: whether it runs the worker's own statements (see ``run_worker_statements``).
 _thread = threading.local()
@@ -87,11 +91,12 @@ def apply_connection_options() -> None:
         own = settings_dict.setdefault("OPTIONS", {})
         for name, value in options.items():
             own.setdefault(name, value)
-        if alias == jobs_settings.DATABASE:
+        if alias in (jobs_settings.DATABASE, jobs_settings.LISTEN_DATABASE):
             # A standby at the jobs database's address (a failover under way, before its
             # promotion) is refused as a connection, which the worker waits out like an outage;
-            # connected to it, every write would fail with an error that stops the worker. Only
-            # this alias: a handler may read from a replica on purpose.
+            # connected to it, every write would fail with an error that stops the worker (and
+            # a standby refuses LISTEN). Only these aliases: a handler may read from a replica
+            # on purpose.
             own.setdefault("target_session_attrs", "read-write")
 
 
@@ -140,7 +145,11 @@ def _bound_worker_statements(sender: Any, connection: Any, **kwargs: Any) -> Non
     which takes a hundred milliseconds a claim and saves nothing.
     """
     timeout = jobs_settings.STATEMENT_TIMEOUT
-    own = connection.vendor == "postgresql" and runs_worker_statements()
+    own = (
+        connection.vendor == "postgresql"
+        and runs_worker_statements()
+        and not transaction_pooled(connection.alias)
+    )
     setattr(connection, _OWN, own)
     if not own:
         return

@@ -19,8 +19,14 @@ worker polls every ``POLL_INTERVAL``, and reads the paused queues as often while
 prefetched jobs. So a job waits at most ``POLL_INTERVAL`` whatever happens to the connection,
 and a scheduled job the worker could not hear of starts when it is due.
 
-``DJANGO_JOBS["NOTIFY"] = False`` turns this off (polling only): LISTEN needs a session of its
-own, which PgBouncer in transaction mode cannot give.
+``DJANGO_JOBS["NOTIFY"] = False`` turns this off (polling only). LISTEN needs a session of its
+own, which a pooler in transaction mode cannot give: the LISTEN would stay on a server
+connection that other clients get, and this one would hear nothing. So the listener connects
+to ``LISTEN_DATABASE`` when it is set (an alias that reaches PostgreSQL directly), and does not
+LISTEN on an alias declared pooled in transaction mode, nor through such a pooler it finds
+(``runtime.pooler``): it says so, and the worker polls as with ``NOTIFY`` off. At each
+keepalive it checks that its session still runs on the server process that took its LISTEN: a
+pooler that passed for a session pool at first is found out there.
 """
 
 from __future__ import annotations
@@ -32,9 +38,10 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import psycopg
-from django.db import connections
 
 from django_jobs.conf import jobs_settings
+from django_jobs.runtime.pooler import Pooling, connection_params, pooling_of, server_pid
+from django_jobs.transitions.cursor import transaction_pooled
 
 logger = logging.getLogger("django_jobs.listener")
 
@@ -72,17 +79,32 @@ class Listener(threading.Thread):
         #: Set while LISTEN is in place on a live connection: the worker may then stop polling.
         self.listening = threading.Event()
         self.reconnects = 0
+        #: Set once the listener found a pooler in transaction mode and gave up: the worker polls.
+        self.pooled = threading.Event()
 
     def run(self) -> None:
         wait = _RECONNECT_FIRST
+        alias = jobs_settings.LISTEN_DATABASE or jobs_settings.DATABASE
+        if transaction_pooled(alias):
+            self._give_up(alias)
+            return
         while not self._stop_event.is_set():
             try:
-                with psycopg.connect(**_connection_params(), autocommit=True) as conn:
+                params = connection_params(alias)
+                with psycopg.connect(**params, autocommit=True) as conn:
+                    if pooling_of(conn, params) is Pooling.TRANSACTIONS:
+                        self._give_up(alias)
+                        return
+                    # The process that takes the LISTEN, on a session that keeps its server:
+                    # the keepalives must find it again.
+                    server = server_pid(conn)
                     conn.execute(f"LISTEN {CHANNEL}")
                     self.listening.set()
                     wait = _RECONNECT_FIRST
                     self._connected()  # what was announced while nobody listened was never heard
-                    self._listen(conn)
+                    if not self._listen(conn, server):
+                        self._give_up(alias)
+                        return
             except psycopg.Error as exc:
                 if self._stop_event.is_set():
                     break
@@ -96,7 +118,9 @@ class Listener(threading.Thread):
             self._stop_event.wait(wait)
             wait = min(_RECONNECT_MAX, wait * 2)
 
-    def _listen(self, conn: psycopg.Connection[Any]) -> None:
+    def _listen(self, conn: psycopg.Connection[Any], server: int) -> bool:
+        """Hear notifications until stopped (True), or until the session is found to have
+        moved to another server process (False: a transaction pooler lent it another)."""
         quiet_since = time.monotonic()
         while not self._stop_event.is_set():
             # A short timeout so that a stopping worker is not kept waiting.
@@ -104,8 +128,20 @@ class Listener(threading.Thread):
                 self._hear(notification.payload)
                 quiet_since = time.monotonic()
             if time.monotonic() - quiet_since >= KEEPALIVE:
-                conn.execute("SELECT 1")
+                if server_pid(conn) != server:
+                    return False
                 quiet_since = time.monotonic()
+        return True
+
+    def _give_up(self, alias: str) -> None:
+        self.listening.clear()
+        self.pooled.set()
+        logger.warning(
+            "database %r goes through a connection pooler in transaction mode, which cannot hold a"
+            " LISTEN: not listening, polling every %.1fs; set DJANGO_JOBS['LISTEN_DATABASE'] to an"
+            " alias that connects to PostgreSQL directly (or NOTIFY = False to say so)",
+            alias, jobs_settings.POLL_INTERVAL,
+        )  # fmt: skip
 
     def _hear(self, payload: str) -> None:
         if payload.startswith(QUEUE_STATE_MARK):
@@ -131,12 +167,3 @@ class Listener(threading.Thread):
             self._wake()  # its jobs waited: claim them now, not at the next poll
         elif state == QUEUE_PAUSED and self._paused is not None:
             self._paused(queue)
-
-
-def _connection_params() -> dict[str, Any]:
-    """The jobs database's connection parameters, as Django would connect."""
-    params: dict[str, Any] = connections[jobs_settings.DATABASE].get_connection_params()
-    # Django's cursor classes and adapters are for its own connections; this one only listens.
-    for key in ("cursor_factory", "context", "server_side_binding"):
-        params.pop(key, None)
-    return params

@@ -45,6 +45,7 @@ from django_jobs.errors import ErrorCode
 from django_jobs.runtime.child import child_main, lease_terms
 from django_jobs.runtime.executor import Finished
 from django_jobs.runtime.pool import ExecutorPool, Held
+from django_jobs.runtime.pooler import pooled_aliases
 from django_jobs.transitions import Claim
 
 logger = logging.getLogger("django_jobs.pool")
@@ -208,7 +209,7 @@ class ProcessPool(ExecutorPool):
         cancel, lost = _SPAWN.Value("b", 0, lock=False), _SPAWN.Value("b", 0, lock=False)
         process = _SPAWN.Process(
             target=child_main,
-            args=(child_conn, cancel, lost, os.getpid()),
+            args=(child_conn, cancel, lost, os.getpid(), pooled_aliases()),
             name="django_jobs-child",
             daemon=True,
         )

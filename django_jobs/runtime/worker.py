@@ -15,7 +15,7 @@ Threads and their roles:
 - the *heartbeat* thread extends leases and runs the executions' side writes;
 - the *reaper* thread, unless ``--no-reaper``;
 - the *scheduler* thread (:mod:`django_jobs.maintenance.periodic`) when schedules are declared, unless the
-  worker drains and exits (``--burst``).
+  worker drains and exits (``--burst``) or is told not to (``schedules=False``).
 
 A claimed job is either running in a slot or waiting in the pool's buffer. The worker claims
 beyond its idle slots only while jobs are short (see ``PREFETCH_SECONDS``), and only for slots
@@ -104,6 +104,7 @@ class Worker:
         queue_slots: dict[str, int] | None = None,
         metrics: bool = False,
         health_file: HealthFile | None = None,
+        schedules: bool = True,
     ) -> None:
         if concurrency < 1:
             raise ValueError("concurrency must be >= 1")
@@ -189,10 +190,12 @@ class Worker:
         )
         self._heartbeat.on_database = self._database_seen
         self._health_file = health_file
-        # A worker that drains and exits fires no schedule: its ticks would never settle.
+        # A worker that drains and exits fires no schedule: its ticks would never settle. Nor
+        # does one told not to (``schedules=False``: the self-test's workers, which enqueue
+        # nothing outside their queue).
         self._scheduler = (
             SchedulerLoop(stop=self._stopping, worker_id=self.worker_id)
-            if not (burst or until_settled) and declared_schedules()
+            if schedules and not (burst or until_settled) and declared_schedules()
             else None
         )
         self._writer = OutcomeWriter(

@@ -22,7 +22,8 @@ Time is always the database's ``now()``.
 - ``workflows``: jobs born waiting, the triggers that make them due (or stop or resume them)
   when the jobs they wait for end, and an operator's cancel of a whole workflow.
 - ``guards``: the ownership guard as the statements of many jobs write it (a query plan's
-  matter, see there).
+  matter, see there);
+- ``removal``: what the self-test (``manage.py jobsselftest``) removes of its own run.
 """
 
 from django_jobs.transitions.calls import end_call, mark_call, marked_calls

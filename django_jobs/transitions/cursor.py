@@ -99,12 +99,24 @@ def prepares_statements(alias: str) -> bool | None:
     chosen: bool | None = jobs_settings.PREPARED_STATEMENTS
     if chosen is not None:
         return chosen
-    database = connections[alias].settings_dict
-    if database.get("DISABLE_SERVER_SIDE_CURSORS"):
+    if transaction_pooled(alias):
         return False
-    if "prepare_threshold" in (database.get("OPTIONS") or {}):
+    if "prepare_threshold" in (connections[alias].settings_dict.get("OPTIONS") or {}):
         return None
     return True
+
+
+def transaction_pooled(alias: str) -> bool:
+    """Whether ``alias`` is declared to reach PostgreSQL through a pooler in transaction mode:
+    ``DISABLE_SERVER_SIDE_CURSORS``, the setting Django asks for there (``runjobs`` and
+    ``reapjobs`` set it in their own process for a pooler they find: ``runtime.pooler``).
+
+    On such an alias nothing of django_jobs may live longer than a transaction: no prepared
+    statement (above), no session-level setting (``runtime.connectivity``), no ``LISTEN``
+    (``runtime.listener``): the next transaction runs on another server connection, and the
+    one this left behind is lent to other clients with whatever was left on it.
+    """
+    return bool(connections[alias].settings_dict.get("DISABLE_SERVER_SIDE_CURSORS"))
 
 
 @contextmanager

@@ -10,7 +10,7 @@ import pytest
 from django.test import override_settings
 
 from django_jobs import job
-from django_jobs.checks import check_database, check_settings, check_upcasters
+from django_jobs.checks import check_database, check_pooling, check_settings, check_upcasters
 from django_jobs.registry import registry
 from tests.process.workers import ROOT
 
@@ -62,6 +62,8 @@ def test_a_console_database_that_names_an_alias_passes(alias: str | None) -> Non
         ({"NOTIFY": "no"}, ["django_jobs.E015"]),
         ({"CONSOLE_DATABASE": "replcia"}, ["django_jobs.E051"]),  # a typo of an alias
         ({"CONSOLE_DATABASE": 1}, ["django_jobs.E051"]),
+        ({"LISTEN_DATABASE": "dirct"}, ["django_jobs.E052"]),  # a typo of an alias
+        ({"LISTEN_DATABASE": 5432}, ["django_jobs.E052"]),
         ({"CHECK_OLDEST_DUE_WARNING": 0}, ["django_jobs.E040"]),
         ({"CHECK_OLDEST_DUE_CRITICAL": "30m"}, ["django_jobs.E040"]),
         ({"CHECK_STALE_REAPER_INTERVALS": float("inf")}, ["django_jobs.E040"]),
@@ -119,6 +121,15 @@ def test_database_checks() -> None:
     assert check_database() == []
     with override_settings(DJANGO_JOBS={"DATABASE": "nope"}):
         assert ids(check_database()) == ["django_jobs.E007"]
+
+
+@pytest.mark.django_db
+def test_a_direct_connection_draws_no_pooler_warning() -> None:
+    # PostgreSQL itself answers (tests/process/behind_pgbouncer asks a PgBouncer).
+    assert check_pooling(databases=["default"]) == []
+    with override_settings(DJANGO_JOBS={"LISTEN_DATABASE": "replica"}):
+        assert check_pooling(databases=["default"]) == []  # the same database, directly too
+    assert check_pooling(databases=None) == []  # `check` without --database asks nothing
 
 
 def manage_check(**env: str) -> subprocess.CompletedProcess[str]:

@@ -29,7 +29,7 @@ SNIPPETS = [b for b in BLOCKS if b.file is None and b.not_run_reason is None and
 SETTINGS = [b for b in BLOCKS if b.file is not None and b.file.endswith("settings.py")]
 FILES = [b for b in BLOCKS if b.file is not None and b not in SETTINGS]
 NOT_RUN = [b for b in BLOCKS if b.not_run_reason is not None]
-KNOWN_LANGUAGES = (*PYTHON, *SHELL, "sql", "text")
+KNOWN_LANGUAGES = (*PYTHON, *SHELL, "sql", "text", "ini")
 #: The example app's files live in the test project under this folder.
 EXAMPLE_APP_ROOT = ROOT / "testproject"
 

@@ -29,6 +29,12 @@ def cluster() -> Iterator[ThrowawayCluster]:
 def test_12_workers_ride_out_a_database_restart(cluster: ThrowawayCluster) -> None:
     env = {"DATABASE_URL": cluster.url, "PATH": "/usr/bin:/bin", "PYTHONUNBUFFERED": "1"}
     cluster.migrate(env)
+    ride_out_a_restart(cluster, env)
+
+
+def ride_out_a_restart(cluster: ThrowawayCluster, env: dict[str, str]) -> None:
+    """A backlog under way on two workers of ``env`` (migrated already), PostgreSQL crashes and
+    comes back: every job completes once, and the workers are still there."""
     with cluster.connect() as conn:
         conn.execute(
             "INSERT INTO django_jobs_job"

@@ -3,8 +3,8 @@
 The layers, lowest first (``docs/architecture.md`` draws them): the pure rules (no database, no
 models), ``conf``; the registry (with ``job_types`` and ``handlers``); the models;
 ``transitions/`` (the only writer of state); enqueue and effects; ``runtime/`` and
-``maintenance/``; ``observe/``, ``console/`` and ``tasks_framework/``; the management commands
-and the public faces.
+``maintenance/``; ``observe/``, ``console/``, ``tasks_framework/`` and ``selftest/``; the
+management commands and the public faces.
 
 What counts as an import, and why:
 
@@ -63,7 +63,8 @@ REGISTRY_PARTS = frozenset({f"{ROOT}.job_types", f"{ROOT}.handlers"})
 #: The layers above ``transitions/``: nothing in ``transitions/`` or in the pure rules reaches
 #: into them.
 UPPER_LAYERS = tuple(
-    f"{ROOT}.{name}" for name in ("runtime", "console", "observe", "maintenance", "tasks_framework")
+    f"{ROOT}.{name}"
+    for name in ("runtime", "console", "observe", "maintenance", "tasks_framework", "selftest")
 )
 
 #: What a pure rule may take from ``django.db.models``: the enumerations, which need no app
@@ -305,7 +306,7 @@ BANDS = (
         f"{ROOT}.{name}" for name in ("enqueueing", "enqueue_options", "enqueue_rows", "effects", "workflows")
     ),
     (f"{ROOT}.runtime", f"{ROOT}.maintenance"),
-    (f"{ROOT}.console", f"{ROOT}.tasks_framework"),
+    (f"{ROOT}.console", f"{ROOT}.tasks_framework", f"{ROOT}.selftest"),
 )
 #: The one arrow up, on purpose (docs/architecture.md says why): the reaper's pass delivers the
 #: admin-log entries the console's audit still owes.

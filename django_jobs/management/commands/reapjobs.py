@@ -9,6 +9,7 @@ from typing import Any
 from django.core.management.base import BaseCommand
 
 from django_jobs.maintenance import reaper
+from django_jobs.management import pooling
 from django_jobs.management.arguments import non_negative_float
 from django_jobs.runtime import connectivity
 from django_jobs.schema import require_migrated
@@ -32,6 +33,7 @@ class Command(BaseCommand):
     def handle(self, *args: Any, **options: Any) -> None:
         connectivity.apply_connection_options()  # a dead peer is noticed in seconds
         require_migrated()
+        pooling.look_for_poolers()
         as_json = options["json"]
         if not options["loop"]:
             result = reaper.run_once()

@@ -11,6 +11,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 from django_jobs import logs
 from django_jobs.conf import jobs_settings
+from django_jobs.management import pooling
 from django_jobs.management.arguments import (
     MAX_CONCURRENCY,
     concurrency,
@@ -147,6 +148,7 @@ class Command(BaseCommand):
     def handle(self, *args: Any, **options: Any) -> None:
         logs.install_console_handler(options["verbosity"])
         require_migrated()
+        pooling.look_for_poolers()
         if not registry.names():
             raise CommandError("no job types are registered: is the app with your jobs.py installed?")
         queues, slots, workers = self._queues(options["queues"] or [], options["concurrency"])
