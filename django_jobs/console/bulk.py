@@ -29,7 +29,7 @@ from django_jobs.console.actions import _actor_name, _check_reason, _user
 from django_jobs.console.bulk_runner import RUNNER_TYPE
 from django_jobs.console.job_filter import InvalidFilter, JobFilter
 from django_jobs.models import BulkAction, BulkOperation, Job
-from django_jobs.reads.estimates import bounded_count, estimated_rows
+from django_jobs.reads.estimates import bounded_count, bounded_rows, estimated_rows
 from django_jobs.states import JobStatus
 from django_jobs.transitions import bulk as bulk_writes
 
@@ -47,8 +47,11 @@ DEFAULT_PACE = {BulkAction.RETRY: 50, BulkAction.CANCEL: 1000}
 MAX_PACE = 10_000
 #: The jobs shown as a sample of what an action would touch.
 SAMPLE_SIZE = 20
-#: How long an exact count may take before the page shows the planner's estimate instead.
-COUNT_TIMEOUT_MS = 2000
+#: How long an exact count may take before the page shows the planner's estimate instead, and
+#: the sample before the page goes without one: the confirmation answers in about two seconds
+#: at worst, whatever the table holds.
+COUNT_TIMEOUT_MS = 1000
+SAMPLE_TIMEOUT_MS = 1000
 
 #: The jobs each action can act on: those its one-job transition accepts.
 ELIGIBLE = {
@@ -89,8 +92,9 @@ class Matching:
     #: How many jobs match; exact when ``exact``, else the planner's estimate.
     count: int
     exact: bool
-    #: The newest of them (``SAMPLE_SIZE`` at most), with the columns a list shows.
-    sample: list[Job]
+    #: The newest of them (``SAMPLE_SIZE`` at most), with the columns a list shows; None when
+    #: reading them took too long (rare matches among millions of rows).
+    sample: list[Job] | None
 
     @property
     def over_cap(self) -> bool:
@@ -105,7 +109,7 @@ def matching(action: str, job_filter: JobFilter) -> Matching:
     """
     jobs = eligible(action, job_filter)
     count, exact = _count(jobs)
-    sample = list(jobs.only(*_SAMPLE_COLUMNS).order_by("-id")[:SAMPLE_SIZE])
+    sample = bounded_rows(jobs.only(*_SAMPLE_COLUMNS).order_by("-id")[:SAMPLE_SIZE], SAMPLE_TIMEOUT_MS)
     return Matching(action=action, filter=job_filter, count=count, exact=exact, sample=sample)
 
 
@@ -220,7 +224,7 @@ def _count(jobs: QuerySet[Job]) -> tuple[int, bool]:
     """How many rows ``jobs`` holds: counted up to just past the cap when that is quick, else
     the planner's estimate (``exact`` False)."""
     estimate = estimated_rows(jobs)
-    if estimate > 10 * MAX_OPERATION_JOBS:
+    if estimate > 2 * MAX_OPERATION_JOBS:
         return estimate, False  # far too many for one operation: counting them helps nobody
     counted = bounded_count(jobs, MAX_OPERATION_JOBS + 1, COUNT_TIMEOUT_MS)
     if counted is None:  # counting took too long: say what the planner expects

@@ -161,6 +161,9 @@ def _write_matching(stdout: OutputWrapper, seen: bulk.Matching) -> None:
         )
     if not seen.count:
         raise CommandError("no job matches: nothing to do")
+    if seen.sample is None:
+        stdout.write("no sample: reading the newest of them took too long")
+        return
     stdout.write(f"the newest {len(seen.sample)}:")
     for job in seen.sample:
         stdout.write("  " + "\t".join(_row(job)))

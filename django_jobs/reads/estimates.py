@@ -5,11 +5,15 @@ and in time, for the pages that must say "exactly N" when they can."""
 from __future__ import annotations
 
 import json
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from django.core.exceptions import EmptyResultSet
 from django.db import DatabaseError, connections, transaction
 from django.db.models import Model, QuerySet
+
+T = TypeVar("T")
+M = TypeVar("M", bound=Model)
 
 #: Prefixed to a query: its plan, with the estimated rows; nothing is read (no index needed).
 EXPLAIN = "EXPLAIN (FORMAT JSON) "
@@ -34,19 +38,30 @@ def _plan(row: Any) -> Any:
 
 def bounded_count(queryset: QuerySet[Model], limit: int, timeout_ms: int) -> int | None:
     """How many rows ``queryset`` holds, counted up to ``limit`` (a count of ``limit`` means
-    "at least that many"); None when counting took longer than ``timeout_ms``.
+    "at least that many"); None when counting took longer than ``timeout_ms``."""
+    return within(queryset.db, timeout_ms, lambda: queryset[:limit].count())
 
-    The timeout is local to this count's transaction, or to the caller's when this runs inside
+
+def bounded_rows(queryset: QuerySet[M], timeout_ms: int) -> list[M] | None:
+    """The rows of ``queryset`` (give it a LIMIT), or None when reading them took longer than
+    ``timeout_ms``: ``ORDER BY id DESC LIMIT 20`` over rare matches walks an index until it has
+    found 20, which may be the whole table."""
+    return within(queryset.db, timeout_ms, lambda: list(queryset))
+
+
+def within(alias: str, timeout_ms: int, read: Callable[[], T]) -> T | None:
+    """``read()``, cancelled by PostgreSQL after ``timeout_ms`` (then None).
+
+    The timeout is local to the read's transaction, or to the caller's when this runs inside
     one: the caller's own ``statement_timeout`` is put back after.
     """
-    alias = queryset.db
     try:
         with transaction.atomic(using=alias), connections[alias].cursor() as cursor:
             cursor.execute("SELECT current_setting('statement_timeout')")
             before = cursor.fetchone()[0]
             cursor.execute("SELECT set_config('statement_timeout', %s, true)", [str(timeout_ms)])
-            counted = queryset[:limit].count()
+            result = read()
             cursor.execute("SELECT set_config('statement_timeout', %s, true)", [before])
     except DatabaseError:  # cancelled by the timeout (and rolled back to where it started)
         return None
-    return counted
+    return result

@@ -414,3 +414,21 @@ def test_over_the_cap_the_dry_run_says_to_narrow_the_filter(monkeypatch: pytest.
     failed(3)
     with pytest.raises(CommandError, match="at most 2 jobs: narrow the filter"):
         jobs("retry", "--code", CODE, "--reason", "r")
+
+
+def test_a_read_that_takes_too_long_is_cancelled_and_the_callers_timeout_put_back() -> None:
+    """What keeps the confirmation page's count and sample bounded in time on any table."""
+    from django.db import transaction
+
+    from django_jobs.reads.estimates import within
+
+    def slow() -> list[Job]:
+        return list(Job.objects.raw("SELECT id FROM django_jobs_job, pg_sleep(0.5) LIMIT 1"))
+
+    JobFactory()
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute("SET LOCAL statement_timeout = '7s'")
+        assert within("default", 50, slow) is None
+        assert within("default", 5000, slow) is not None
+        cursor.execute("SELECT current_setting('statement_timeout')")
+        assert cursor.fetchone()[0] == "7s"  # the caller's own, after both
