@@ -36,9 +36,9 @@ from django_jobs.transitions import ActionRefused, CancelResult
 # With the rules of who and why (MAX_*_CHARS, reason_problem), which callers such as
 # ``manage.py jobs`` check before they call.
 __all__ = [
-    "LIST_COLUMNS", "MAX_ACTOR_CHARS", "MAX_LISTED", "MAX_REASON_CHARS", "cancel", "cancel_workflow",
-    "default_actor",
-    "newest_jobs", "reason_problem", "resolve", "retry",
+    "LIST_COLUMNS", "MAX_ACTOR_CHARS", "MAX_LISTED", "MAX_REASON_CHARS", "actor_name", "cancel",
+    "cancel_workflow", "check_reason", "default_actor", "newest_jobs", "reason_problem", "resolve",
+    "retry", "user_of",
 ]  # fmt: skip
 
 if TYPE_CHECKING:
@@ -59,9 +59,9 @@ def retry(job_id: int, *, reason: str, actor: Actor | None = None, seen: Shown |
     ``ActionRefused`` if the job is in another state (or no longer as ``seen``) or another
     active job holds its unique key; nothing is written then.
     """
-    name = _actor_name(actor)
-    _check_reason(reason)
-    with consolelog.audited_change(_user(actor)) as audit:
+    name = actor_name(actor)
+    check_reason(reason)
+    with consolelog.audited_change(user_of(actor)) as audit:
         job = _job(job_id, seen, "retried")
         fence = seen.fence() if seen is not None else None
         left = transitions.manual_retry(job_id, actor=name, reason=reason, seen=fence)
@@ -79,9 +79,9 @@ def cancel(job_id: int, *, reason: str, actor: Actor | None = None, seen: Shown 
     ``ActionRefused`` if the job is finished, its cancellation was already requested or it is
     no longer as ``seen``; nothing is written then.
     """
-    name = _actor_name(actor)
-    _check_reason(reason)
-    with consolelog.audited_change(_user(actor)) as audit:
+    name = actor_name(actor)
+    check_reason(reason)
+    with consolelog.audited_change(user_of(actor)) as audit:
         job = _job(job_id, seen, "cancelled")
         fence = seen.fence() if seen is not None else None
         result = transitions.cancel(job_id, actor=name, reason=reason, seen=fence)
@@ -100,8 +100,8 @@ def cancel_workflow(workflow_id: int, *, reason: str, actor: Actor | None = None
     workflow itself stopped are). Raises ``ValueError`` for a bad reason or actor, and
     ``LookupError`` for an id no workflow has; nothing is written then.
     """
-    name = _actor_name(actor)
-    _check_reason(reason)
+    name = actor_name(actor)
+    check_reason(reason)
     if (
         isinstance(workflow_id, bool)
         or not isinstance(workflow_id, int)
@@ -109,7 +109,7 @@ def cancel_workflow(workflow_id: int, *, reason: str, actor: Actor | None = None
     ):
         raise ValueError(f"{workflow_id!r} is not a workflow id")
     alias = jobs_settings.DATABASE
-    with consolelog.audited_change(_user(actor)) as audit:
+    with consolelog.audited_change(user_of(actor)) as audit:
         workflow = Workflow.objects.using(alias).filter(id=workflow_id).first()
         if workflow is None:
             raise LookupError(f"no workflow has id {workflow_id}")
@@ -130,9 +130,9 @@ def resolve(
     has, and ``ActionRefused`` if the job no longer needs review (or is no longer as ``seen``);
     nothing is written then.
     """
-    name = _actor_name(actor)
-    _check_reason(reason)
-    with consolelog.audited_change(_user(actor)) as audit:
+    name = actor_name(actor)
+    check_reason(reason)
+    with consolelog.audited_change(user_of(actor)) as audit:
         # The row stays locked until the commit: the review cannot be undone in between.
         job = _job(job_id, seen, "resolved")
         transitions.resolve(job_id, to=to, actor=name, reason=reason)
@@ -148,7 +148,8 @@ def default_actor() -> str:
     return f"{user}@{socket.gethostname()}"
 
 
-def _actor_name(actor: Actor | None) -> str:
+def actor_name(actor: Actor | None) -> str:
+    """The name an action records for ``actor`` (``ValueError`` for one that cannot be)."""
     if actor is None:
         return default_actor()[:MAX_ACTOR_CHARS]
     name = actor if isinstance(actor, str) else actor.get_username()
@@ -158,7 +159,8 @@ def _actor_name(actor: Actor | None) -> str:
     return name
 
 
-def _check_reason(reason: object) -> None:
+def check_reason(reason: object) -> None:
+    """``ValueError`` with the person's wording for a reason that cannot be recorded."""
     problem = reason_problem(reason)
     if problem is not None:
         raise ValueError(problem)
@@ -191,7 +193,7 @@ def _not_cancellable(job: Job) -> str:
     return f"job {job.id} was not cancelled: it is {job.status}, not waiting, pending or running"
 
 
-def _user(actor: Actor | None) -> AbstractBaseUser | None:
+def user_of(actor: Actor | None) -> AbstractBaseUser | None:
     """The Django user who owns the admin log entry, if the actor is one."""
     return None if actor is None or isinstance(actor, str) else actor
 

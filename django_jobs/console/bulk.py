@@ -25,7 +25,7 @@ from django.db.models import Q, QuerySet
 
 from django_jobs.conf import jobs_settings
 from django_jobs.console import audit as consolelog
-from django_jobs.console.actions import _actor_name, _check_reason, _user
+from django_jobs.console.actions import actor_name, check_reason, user_of
 from django_jobs.console.bulk_runner import RUNNER_TYPE
 from django_jobs.console.job_filter import InvalidFilter, JobFilter
 from django_jobs.models import BulkAction, BulkOperation, Job
@@ -161,12 +161,12 @@ def start(
     """Start a bulk operation (see :func:`retry_matching`)."""
     from django_jobs.enqueueing import enqueue
 
-    name = _actor_name(actor)
-    _check_reason(reason)
+    name = actor_name(actor)
+    check_reason(reason)
     pace = _check_pace(action, pace)
     jobs = eligible(action, job_filter)
     alias = jobs_settings.DATABASE
-    with consolelog.audited_change(_user(actor)) as audit:
+    with consolelog.audited_change(user_of(actor)) as audit:
         operation = BulkOperation.objects.using(alias).create(
             action=action, filter=job_filter.as_dict(), actor=name, reason=reason, pace=pace, total=0
         )
@@ -189,10 +189,10 @@ def start(
 def stop_operation(operation_id: int, *, reason: str, actor: Actor | None = None) -> bool:
     """Stop a running operation: the batch under way finishes, no other starts. Returns False
     when it had ended already. Raises ``LookupError`` for an id no operation has."""
-    name = _actor_name(actor)
-    _check_reason(reason)
+    name = actor_name(actor)
+    check_reason(reason)
     alias = jobs_settings.DATABASE
-    with consolelog.audited_change(_user(actor)) as audit:
+    with consolelog.audited_change(user_of(actor)) as audit:
         operation = BulkOperation.objects.using(alias).filter(id=operation_id).first()
         if operation is None:
             raise LookupError(f"no bulk operation has id {operation_id}")
