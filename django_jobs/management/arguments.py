@@ -5,6 +5,7 @@ with the option's name and exits with status 2, before anything runs)."""
 from __future__ import annotations
 
 import argparse
+import re
 from collections.abc import Callable
 
 from django_jobs.names import QUEUE_RE
@@ -83,6 +84,17 @@ def queue(value: str) -> str:
     if not QUEUE_RE.match(value):
         raise argparse.ArgumentTypeError(f"{value!r} is not a valid queue name")
     return value
+
+
+def matching(pattern: re.Pattern[str], what: str) -> Callable[[str], str]:
+    """A value ``pattern`` matches whole; ``what`` names it in the refusal ("an error code")."""
+
+    def parse(text: str) -> str:
+        if not pattern.fullmatch(text):
+            raise argparse.ArgumentTypeError(f"{text!r} is not {what}")
+        return text
+
+    return parse
 
 
 def seconds_between(low: float, high: float) -> Callable[[str], float]:

@@ -16,6 +16,7 @@ from django.core.management.base import CommandError, OutputWrapper
 
 from django_jobs.console import bulk
 from django_jobs.console.job_filter import CODE_RE, InvalidFilter, JobFilter, describe, parse_moment
+from django_jobs.management.arguments import MAX_JOB_ID, int_between, matching
 from django_jobs.models import BulkAction, BulkOperation, BulkOperationJob, BulkOutcome, BulkState, Job
 from django_jobs.names import NAME_RE, QUEUE_RE
 from django_jobs.states import JobStatus
@@ -29,32 +30,11 @@ FILTER_OPTIONS = ("status", "code", "queue", "type", "since", "until", "workflow
 _WAIT_STEP = 1.0
 
 
-def _matching(pattern: Any, what: str) -> Any:
-    def parse(text: str) -> str:
-        if not pattern.fullmatch(text):
-            raise argparse.ArgumentTypeError(f"{text!r} is not {what}")
-        return text
-
-    return parse
-
-
 def _moment(text: str) -> Any:
     try:
         return parse_moment(text)
     except InvalidFilter as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
-
-
-def _pace(text: str) -> int:
-    if not text.isascii() or not text.isdigit() or not 1 <= int(text) <= bulk.MAX_PACE:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a pace: give 1 to {bulk.MAX_PACE} jobs per second")
-    return int(text)
-
-
-def _workflow(text: str) -> int:
-    if not text.isascii() or not text.isdigit() or not 1 <= int(text) < 10**18:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a workflow id")
-    return int(text)
 
 
 def add_filter_arguments(sub: argparse.ArgumentParser, action: str) -> None:
@@ -65,20 +45,22 @@ def add_filter_arguments(sub: argparse.ArgumentParser, action: str) -> None:
     )
     group.add_argument("--status", choices=JobStatus.values, help="Only jobs in this status.")
     group.add_argument(
-        "--code", type=_matching(CODE_RE, "an error code"), help="Whose last error had this code."
+        "--code", type=matching(CODE_RE, "an error code"), help="Whose last error had this code."
     )
-    group.add_argument("--queue", type=_matching(QUEUE_RE, "a queue name"), help="Only jobs of this queue.")
-    group.add_argument("--type", type=_matching(NAME_RE, "a job type name"), help="Only jobs of this type.")
+    group.add_argument("--queue", type=matching(QUEUE_RE, "a queue name"), help="Only jobs of this queue.")
+    group.add_argument("--type", type=matching(NAME_RE, "a job type name"), help="Only jobs of this type.")
     group.add_argument(
         "--since", type=_moment, metavar="TIME",
         help="Ended at or after TIME: 2026-12-04T14:00 (project time zone unless one is given), 14:00 "
         "(today), or an age such as 2h, 30m, 1d.",
     )  # fmt: skip
     group.add_argument("--until", type=_moment, metavar="TIME", help="Ended before TIME (as --since).")
-    group.add_argument("--workflow", type=_workflow, metavar="ID", help="Only jobs of this workflow.")
+    group.add_argument(
+        "--workflow", type=int_between(1, MAX_JOB_ID), metavar="ID", help="Only jobs of this workflow."
+    )
     group.add_argument("--search", metavar="TERM", help="As the console's search: an id, type, key or code.")
     group.add_argument(
-        "--pace", type=_pace, metavar="N",
+        "--pace", type=int_between(1, bulk.MAX_PACE), metavar="N",
         help=f"At most N jobs per second (default {bulk.DEFAULT_PACE[BulkAction(action)]}).",
     )  # fmt: skip
     group.add_argument("--apply", action="store_true", help="Start the operation (default: a dry run).")

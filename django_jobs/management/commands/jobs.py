@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
-from collections.abc import Callable
 from typing import Any
 
 from django.contrib.auth import get_user_model
@@ -20,27 +18,15 @@ from django.core.management.base import BaseCommand, CommandError
 from django_jobs.conf import jobs_settings
 from django_jobs.console import actions as operations
 from django_jobs.console import bulk
+from django_jobs.console.job_filter import CODE_RE
 from django_jobs.errors import JobNotFound
-from django_jobs.management import matching
+from django_jobs.management import arguments, matching
 from django_jobs.management.commands.explainjob import job_id, write_explanation
 from django_jobs.models import BulkOperation, Job
 from django_jobs.names import NAME_RE, QUEUE_RE
-from django_jobs.sanitize import MAX_CODE_CHARS
 from django_jobs.schema import require_migrated
 from django_jobs.states import JobStatus
 from django_jobs.transitions import ActionRefused, CancelResult
-
-#: Stored error codes never hold other characters (``sanitize.error_code``).
-_CODE_RE = re.compile(rf"[\w.:/-]{{1,{MAX_CODE_CHARS}}}")
-
-
-def _matching(pattern: re.Pattern[str], what: str) -> Callable[[str], str]:
-    def parse(text: str) -> str:
-        if not pattern.fullmatch(text):
-            raise argparse.ArgumentTypeError(f"{text!r} is not {what}")
-        return text
-
-    return parse
 
 
 def _reason(text: str) -> str:
@@ -81,10 +67,12 @@ def _add_action(sub: argparse.ArgumentParser, verb: str) -> None:
 
 def _add_list(listing: argparse.ArgumentParser) -> None:
     listing.add_argument("--status", choices=JobStatus.values, help="Only jobs in this status.")
-    code, name = _matching(_CODE_RE, "an error code"), _matching(NAME_RE, "a job type name")
+    code, name = arguments.matching(CODE_RE, "an error code"), arguments.matching(NAME_RE, "a job type name")
     listing.add_argument("--code", type=code, help="Only jobs whose last error had this code.")
     listing.add_argument("--type", type=name, help="Only jobs of this type.")
-    listing.add_argument("--queue", type=_matching(QUEUE_RE, "a queue name"), help="Only jobs of this queue.")
+    listing.add_argument(
+        "--queue", type=arguments.matching(QUEUE_RE, "a queue name"), help="Only jobs of this queue."
+    )
     listing.add_argument(
         "--limit", type=_limit, default=50,
         help=f"At most this many, newest first (default 50, up to {operations.MAX_LISTED}).",
