@@ -4,6 +4,11 @@ The handler runs on the calling thread's own database connections, in autocommit
 are kept from one job to the next (a refused connection at a crowded database must not be met
 once per job), and the one to the jobs database is checked before each job: a connection the
 jobs database refuses is an outage, not the handler's failure.
+
+So is one that breaks under the handler (a network cut while the slot idled, a restart). It is
+recognised by the connection the handler started on, not by the one found afterwards: on the
+way out of an outermost ``atomic`` block whose rollback failed, Django closes the broken
+connection and, restoring autocommit, opens a new one, which is sound.
 """
 
 from __future__ import annotations
@@ -28,9 +33,9 @@ def jobs_connection_open() -> bool:
     No query: a connection the last job left sound is trusted (a broken one fails the handler's
     first query, which the outage check then recognises), so a no-op job costs no round trip.
     """
-    if getattr(_thread, "jobs_connection_ok", False):
-        return True
-    return _jobs_database_reachable()
+    open_ = getattr(_thread, "jobs_connection_ok", False) or _jobs_database_reachable()
+    _thread.handler_started_on = connections[jobs_settings.DATABASE].connection if open_ else None
+    return open_
 
 
 def _jobs_database_reachable() -> bool:
@@ -51,6 +56,11 @@ def jobs_connection_sound() -> bool:
     """Whether this thread's connection to the jobs database survived (it may have been cut,
     or refused when the handler needed it); reconnects it for the next job if it can."""
     connection = connections[jobs_settings.DATABASE]
+    started_on = getattr(_thread, "handler_started_on", None)
+    if started_on is not None and started_on.broken:
+        # Broken under the handler, whether or not Django has replaced it since.
+        _jobs_database_reachable()
+        return False
     try:
         if connection.connection is not None and connection.is_usable():
             return True
@@ -67,6 +77,7 @@ def reset_connections() -> None:
     default ``CONN_MAX_AGE`` is 0); a worker keeps them instead, and closes only a connection
     that broke, was left in a transaction, or outlived a positive ``CONN_MAX_AGE``.
     """
+    _thread.handler_started_on = None  # not kept alive past its job
     jobs_connection_ok = False
     jobs_alias = jobs_settings.DATABASE  # read once: a setting is looked up at every access
     for connection in connections.all(initialized_only=True):

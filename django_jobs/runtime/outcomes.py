@@ -41,20 +41,13 @@ logger = logging.getLogger("django_jobs.outcomes")
 SUCCESS = decide(Situation(Happened.COMPLETED, 1, 1), lambda: Backoff())
 
 
-def outcome_for(
-    finished: Finished,
-    cancel_requested: bool = False,
-    rng: Random = random.random,
-    worker_id: str | None = None,
-) -> Outcome:
-    """The write that ends ``finished``'s execution (run by worker ``worker_id``), as the
-    decision says."""
+def outcome_for(finished: Finished, cancel_requested: bool = False, rng: Random = random.random) -> Outcome:
+    """The write that ends ``finished``'s execution, as the decision says. Nothing is logged:
+    :func:`record` logs what it wrote, once it is written."""
     claim = finished.claim
     assert finished.happened is not None, "a lost execution has nothing to write"
     if finished.happened is Happened.COMPLETED:
         # The attempt is counted by the write itself if no heartbeat recorded its start.
-        if logger.isEnabledFor(logging.DEBUG):  # runjobs -v 2: every job, one line each
-            _log(finished, SUCCESS.status, None, 0.0, worker_id)
         return Outcome(
             claim.id, claim.execution_id, SUCCESS.status, ran_for=finished.ran_for, result=finished.result
         )
@@ -85,7 +78,6 @@ def outcome_for(
         details = json.dumps({"retry_in": round(delay, 3), **exception})
     elif decision.status == JobStatus.FAILED and finished.happened is not Happened.LOST:
         details = json.dumps({"reason": decision.reason, **exception})
-    _log(finished, decision.status, code, delay, worker_id)
     completed = decision.status == JobStatus.COMPLETED
     return Outcome(
         job_id=claim.id,
@@ -127,14 +119,17 @@ def record(
     ``{job id: the outcome written}``. ``worker_id`` names the worker in the log lines."""
     live = [f for f in finished if f.happened is not None]
     by_id = {f.claim.id: f for f in live}
-    outcomes = [outcome_for(f, f.claim.id in cancel_requested, worker_id=worker_id) for f in live]
+    outcomes = [outcome_for(f, f.claim.id in cancel_requested) for f in live]
     written = _write(outcomes, by_id, worker_id)
     # A retry refused because a cancel request arrived since the decision: decide again.
     refused = [o.job_id for o in outcomes if o.job_id not in written and o.status == JobStatus.PENDING]
     again = transitions.cancel_requested_among(refused)
     if again:
-        again_outcomes = [outcome_for(by_id[job_id], True, worker_id=worker_id) for job_id in again]
+        again_outcomes = [outcome_for(by_id[job_id], True) for job_id in again]
         written.update(_write(again_outcomes, by_id, worker_id))
+    # Logged once written: a batch kept through an outage and written later is logged once.
+    for job_id, outcome in written.items():
+        log_outcome(by_id[job_id], outcome, worker_id)
     return written
 
 
@@ -275,8 +270,10 @@ def _number(value: object) -> float | None:
         return None
 
 
-def _log(finished: Finished, status: str, code: str | None, delay: float, worker_id: str | None) -> None:
+def log_outcome(finished: Finished, outcome: Outcome, worker_id: str | None = None) -> None:
+    """Log how ``finished``'s execution ended, as ``outcome`` (written) says."""
     claim = finished.claim
+    status, code = outcome.status, outcome.error_code
     if status == JobStatus.COMPLETED:
         # A completion is logged at DEBUG: its fields are built only when the line is written.
         if logger.isEnabledFor(logging.DEBUG):
@@ -292,8 +289,9 @@ def _log(finished: Finished, status: str, code: str | None, delay: float, worker
         logger.info("job released id=%s type=%s attempt=%s/%s code=%s → %s", *args, status, extra=fields)
     elif status == JobStatus.PENDING:
         logger.info(
-            "job retry scheduled id=%s type=%s attempt=%s/%s code=%s in=%.1fs", *args, delay, extra=fields
-        )
+            "job retry scheduled id=%s type=%s attempt=%s/%s code=%s in=%.1fs",
+            *args, outcome.delay, extra=fields,
+        )  # fmt: skip
     elif status in (JobStatus.FAILED, JobStatus.NEEDS_REVIEW):
         logger.warning("job %s id=%s type=%s attempt=%s/%s code=%s", status, *args, extra=fields)
     else:

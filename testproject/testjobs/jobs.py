@@ -194,6 +194,15 @@ def statement_timeout(ctx: JobContext, payload: dict[str, Any]) -> str:
         return str(cursor.fetchone()[0])
 
 
+@job("test.cancelled_query", max_attempts=1)
+def cancelled_query(ctx: JobContext, payload: dict[str, Any]) -> None:
+    """A query the database cancels (``statement_timeout``): an OperationalError on a connection
+    that stays sound, so the handler's own failure and not an outage."""
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute("SET LOCAL statement_timeout = '20ms'")
+        cursor.execute("SELECT pg_sleep(1)")
+
+
 @job("test.counted", backoff=FAST, max_attempts=50)
 def counted(ctx: JobContext, payload: dict[str, Any]) -> None:
     """Counts its executions outside the database, a line each in the file payload["log"]:

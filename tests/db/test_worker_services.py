@@ -146,13 +146,16 @@ def test_the_writer_writes_what_waits_in_one_batch() -> None:
     assert _statuses() == {JobStatus.PENDING: 3}
 
 
-def test_the_writer_keeps_its_outcomes_while_the_database_is_away_and_writes_them_after() -> None:
+def test_the_writer_keeps_its_outcomes_while_the_database_is_away_and_writes_them_after(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     job = enqueue("test.noop", {})
     worker = Worker(concurrency=1)
     worker._producer.run_once()
     held = worker._pool.take_buffered()
     worker._writer.add([Finished(h.claim, Happened.NOT_STARTED) for h in held])
     _kill_own_connection()
+    caplog.set_level(logging.INFO, logger="django_jobs.outcomes")
     turn = worker._writer.run_once()
     assert (turn.written, turn.retry_in) == (0, 0.1)  # the first wait of the back-off
     assert worker._writer.unwritten and worker._writer.holds_back_claims
@@ -161,6 +164,9 @@ def test_the_writer_keeps_its_outcomes_while_the_database_is_away_and_writes_the
     assert not worker._writer.holds_back_claims
     job.refresh_from_db()
     assert (job.status, job.attempts) == (JobStatus.PENDING, 0)
+    # Said once, when it was written: not also for the write the outage refused.
+    said = [r.getMessage() for r in caplog.records if r.name == "django_jobs.outcomes"]
+    assert [line.split(" id=")[0] for line in said] == ["job released"]
 
 
 def test_while_batches_of_outcomes_pile_up_claims_wait_and_each_statement_writes_a_few(

@@ -12,8 +12,9 @@ The windows are short by default, to prove each point within CI's budget (cuts o
 30 s and 5 minutes, a minute of latency and loss, 30 s partitions). Each test prints its
 figures (run with ``-s`` to see them).
 
-The last test records a defect these runs found (a strict xfail: it fails the suite once the
-defect is fixed, so that the mark goes).
+The last test is a defect these runs found: a connection that died while its slot idled was
+met by the next job's handler inside an atomic block, and the execution was recorded as the
+handler's failure. tests/db/test_handler_connections.py holds the same case without namespaces.
 
 Needs root and ``ip netns`` (skipped otherwise, with the reason).
 """
@@ -402,14 +403,6 @@ def test_a_partition_between_the_listen_and_the_claim_connections_falls_back_as_
 IDLE_CUT = 13.0
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="the execution is recorded as the handler's failure (code UNKNOWN, attempt counted): "
-    "Django replaces the broken connection on the way out of the handler's outermost atomic block "
-    "(ctx.effect), so runtime.handler_connections.jobs_connection_sound() finds a sound one and "
-    "runtime.executor._failure() does not see the outage",
-)
 def test_a_job_meeting_a_connection_a_cut_broke_while_its_slot_idled_is_given_back_uncounted(
     site: Site, run: Run
 ) -> None:

@@ -22,7 +22,7 @@ from django_jobs.logs import (
     jobs_fields,
 )
 from django_jobs.runtime.executor import Finished
-from django_jobs.runtime.outcomes import outcome_for
+from django_jobs.runtime.outcomes import log_outcome, outcome_for
 from django_jobs.states import JobStatus
 from django_jobs.transitions import Claim
 
@@ -219,10 +219,12 @@ def test_a_completion_builds_no_fields_unless_debug_is_on(monkeypatch: pytest.Mo
     saved = outcomes_logger.level
     try:
         outcomes_logger.setLevel(logging.INFO)
-        assert outcome_for(finished).status == JobStatus.COMPLETED
+        outcome = outcome_for(finished)
+        assert outcome.status == JobStatus.COMPLETED
+        log_outcome(finished, outcome)
         assert built == []
         outcomes_logger.setLevel(logging.DEBUG)
-        outcome_for(finished)
+        log_outcome(finished, outcome)
         assert built == [9]
     finally:
         outcomes_logger.setLevel(saved)
