@@ -123,10 +123,16 @@ def poll(
 
 
 def drain(
-    n: int, args: argparse.Namespace, url: str, remaining: str = REMAINING_SQL, others_run: bool = False
+    n: int,
+    args: argparse.Namespace,
+    url: str,
+    remaining: str = REMAINING_SQL,
+    others_run: bool = False,
+    poll_url: str | None = None,
 ) -> dict[str, Any]:
     """Drain the ``n`` jobs ``remaining`` counts; with ``others_run``, the workers may also run
-    some of the other jobs pending beside them (a rate-limited type's, a few a second)."""
+    some of the other jobs pending beside them (a rate-limited type's, a few a second).
+    ``poll_url``: where the count is polled, when not ``url`` (which the workers use)."""
     import psycopg
 
     env = {**os.environ, "DATABASE_URL": url, "DJANGO_SETTINGS_MODULE": "testproject.settings"}
@@ -138,7 +144,7 @@ def drain(
         cmd += ["--batch-size", str(args.batch_size)]
     if args.metrics:
         cmd += ["--metrics-port", "0"]  # each worker: any free port (its counters cost is measured)
-    with psycopg.connect(libpq_url(url), autocommit=True) as conn:
+    with psycopg.connect(libpq_url(poll_url or url), autocommit=True) as conn:
         left = conn.execute(remaining).fetchone()[0]  # type: ignore[index]
         assert left == n, f"backlog has {left} jobs, expected {n}"
         cpu0 = resource.getrusage(resource.RUSAGE_CHILDREN)
