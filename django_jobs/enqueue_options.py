@@ -51,6 +51,8 @@ class Options:
     on_lost: str
     concurrency_limit: int
     on_lost_in_call: str | None
+    #: The enqueue span's context as JSON text, when the call is traced (``observe.tracing``).
+    trace_context: str | None = None
 
     def statement_params(self) -> dict[str, Any]:
         """The INSERT's parameters every job of the call shares (``transitions.enqueue``)."""
@@ -65,6 +67,7 @@ class Options:
             "on_lost": self.on_lost,
             "concurrency_limit": self.concurrency_limit,
             "on_lost_in_call": self.on_lost_in_call,
+            "trace_context": self.trace_context,
         }
 
 

@@ -7,6 +7,7 @@ values the INSERT returned (id, key, due and creation times), not read back from
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -54,6 +55,8 @@ def _shared_fields(options: Options) -> dict[str, Any]:
         "max_attempts": options.max_attempts,
         "on_lost": options.on_lost,
         "on_lost_in_call": options.on_lost_in_call,
+        # As stored: the column is jsonb, the option its JSON text.
+        "trace_context": None if options.trace_context is None else json.loads(options.trace_context),
     }
 
 

@@ -11,6 +11,7 @@ it), turns their rows into ``Job`` instances (``enqueue_rows``) and tells who li
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 from collections.abc import Callable, Iterable
 from contextlib import nullcontext
@@ -33,7 +34,7 @@ from django_jobs.enqueue_options import (
 )
 from django_jobs.enqueue_rows import COLUMNS, job_from_row, job_maker, unsaved_jobs
 from django_jobs.models import Job
-from django_jobs.observe import metrics
+from django_jobs.observe import metrics, tracing
 from django_jobs.transitions import enqueue as enqueue_sql
 from django_jobs.transitions.cursor import django_bound_cursor, prepares_statements
 
@@ -114,7 +115,19 @@ def enqueue_many(
         return []
     if capture is not None:
         return capture(unsaved_jobs(options, items), options.delay, lambda: _insert(options, items))
+    if tracing.enabled():
+        return _insert_traced(options, items)
     return _insert(options, items)
+
+
+def _insert_traced(options: Options, items: list[Item]) -> list[Job]:
+    """:func:`_insert` inside a ``send`` span, whose context each new job stores."""
+    with tracing.enqueue_span(options.queue, options.type, len(items)) as span:
+        if span is None:  # the provider went away since: no span after all
+            return _insert(options, items)
+        jobs = _insert(dataclasses.replace(options, trace_context=span.context), items)
+        span.wrote([job.id for job in jobs])
+        return jobs
 
 
 def _insert(options: Options, items: list[Item]) -> list[Job]:

@@ -24,6 +24,7 @@ from psycopg.pq import TransactionStatus
 from django_jobs import signals, transitions
 from django_jobs.conf import jobs_settings
 from django_jobs.models import Job
+from django_jobs.observe import tracing
 from django_jobs.recording import EnqueuedJob, EnqueuedJobs, assert_enqueued, enqueued_jobs
 from django_jobs.registry import registry
 from django_jobs.runtime import outcomes
@@ -62,6 +63,7 @@ def run_one(queues: Sequence[str] | None = None, types: Sequence[str] | None = N
     claims = transitions.claim(statement, 1)
     if not claims:
         return None
+    tracing.attach_contexts(claims)
     claim = claims[0]
     job_type = registry.get(claim.type)
     assert job_type is not None, "the claim takes only types this process knows"

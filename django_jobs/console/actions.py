@@ -29,6 +29,7 @@ from django_jobs.console.seen import COLUMNS as SEEN_COLUMNS
 from django_jobs.console.seen import Shown, change
 from django_jobs.errors import JobNotFound
 from django_jobs.models import Job, Workflow
+from django_jobs.observe import tracing
 from django_jobs.observe.diagnosis import MAX_JOB_ID
 from django_jobs.states import JobStatus
 from django_jobs.transitions import ActionRefused, CancelResult
@@ -64,7 +65,13 @@ def retry(job_id: int, *, reason: str, actor: Actor | None = None, seen: Shown |
     with consolelog.audited_change(user_of(actor)) as audit:
         job = _job(job_id, seen, "retried")
         fence = seen.fence() if seen is not None else None
-        left = transitions.manual_retry(job_id, actor=name, reason=reason, seen=fence)
+        # Traced: the retry is a span of the operator's request, and the job's next executions
+        # are its children (they were the enqueue's).
+        with tracing.retry_span(job.queue, job.type, job_id) as span:
+            traced = None if span is None else span.context
+            left = transitions.manual_retry(
+                job_id, actor=name, reason=reason, seen=fence, trace_context=traced
+            )
         audit.log(job, f"retried (was {left}): {reason}")
     return left
 

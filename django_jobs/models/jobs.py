@@ -158,6 +158,10 @@ class Job(models.Model):
     #: The workflow this job is a member of (``django_jobs.workflows``); NULL for most jobs. A
     #: plain column, not a foreign key: a key's check would cost every enqueue a trigger.
     workflow_id = models.BigIntegerField(null=True, blank=True, editable=False)
+    #: The W3C trace context (``traceparent``, ``tracestate``, ``baggage``) of the span that
+    #: enqueued the job, or of an operator's retry: each execution's span is its child. NULL
+    #: unless the enqueuing process traced (``observe.tracing``).
+    trace_context = models.JSONField(null=True, blank=True, editable=False)
 
     created_at = models.DateTimeField(db_default=Now())
     completed_at = models.DateTimeField(null=True, blank=True)

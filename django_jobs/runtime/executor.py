@@ -29,6 +29,7 @@ from typing import Any
 from django_jobs import logs
 from django_jobs.decision import Happened, happened_for
 from django_jobs.errors import DATABASE_UNAVAILABLE, RECONCILE_FIRST, ErrorCode, PermanentError
+from django_jobs.observe import tracing
 from django_jobs.registry import JobType, Reconciliation, registry
 from django_jobs.results import encode_result
 from django_jobs.runtime import handler_connections, payloads
@@ -106,16 +107,21 @@ def run(
     """
     started = time.perf_counter()
     lease.start()
-    try:
-        finished = _run(claim, lease, side_writer, started)
-    except BaseException as exc:  # SystemExit, KeyboardInterrupt, CancelledError: still an outcome
-        if reraise_base and not isinstance(exc, Exception):
-            raise
-        finished = _failure(claim, exc, started, lease.worker_id)
-    finally:
-        lease.done = True
-    if finished.happened is not None and lease.lost:
-        finished = Finished(claim, None, ran_for=finished.ran_for)
+    with tracing.execution(claim) as span:  # None unless tracing is on
+        try:
+            finished = _run(claim, lease, side_writer, started)
+        except BaseException as exc:  # SystemExit, KeyboardInterrupt, CancelledError: still an outcome
+            if reraise_base and not isinstance(exc, Exception):
+                raise
+            finished = _failure(claim, exc, started, lease.worker_id)
+        finally:
+            lease.done = True
+        if finished.happened is not None and lease.lost:
+            finished = Finished(claim, None, ran_for=finished.ran_for)
+        if span is not None:
+            tracing.execution_ended(
+                span, finished.happened, finished.error_code, finished.error, finished.exception
+            )
     if finished.happened is None:
         # The job was taken over: its state belongs to the new owner, and the guarded write
         # would be refused anyway.

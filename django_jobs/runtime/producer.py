@@ -25,6 +25,7 @@ from django_jobs import logs, transitions
 from django_jobs.conf import jobs_settings
 from django_jobs.decision import Happened
 from django_jobs.job_types import JobType
+from django_jobs.observe import tracing
 from django_jobs.observe.liveness import Liveness
 from django_jobs.runtime.executor import Finished
 from django_jobs.runtime.holdback import HoldBack
@@ -80,8 +81,7 @@ class Producer:
         self._stats = stats
         self._stopping = stopping
         self._wake = wake
-        # The lease each type's claims get, read once: the claim statement gives them, and a
-        # lease read from the settings per claimed job cost more than the rest of its Lease.
+        # Each type's lease, read once: per claimed job, it cost more than the rest of its Lease.
         self._leases = {name: t.lease for name, t in job_types.items()}
         self.statement = claim_statement(worker_id, self._queues, job_types.values())
         self._rate_windows_open = not self.statement.rate_limited
@@ -135,8 +135,7 @@ class Producer:
         buffered, running, idle = self._pool.counts()
         target = self.claim_target()
         held = buffered + running
-        # With a prefetch, claim again once the holding drained to half, so batches stay large;
-        # but never leave a slot idle while jobs may be waiting.
+        # With a prefetch, claim again at half (batches stay large), never leaving a slot idle.
         if held >= target or (idle <= buffered and held > target // 2):
             return 0
         statement = self.statement
@@ -169,6 +168,7 @@ class Producer:
         if self._stats.first_claim_at is None:
             self._stats.first_claim_at = time.monotonic()
         self._stats.claimed += len(claims)
+        tracing.attach_contexts(claims)
         if self._queue_slots is not None:
             with self._lock:
                 self._held_by_queue.update(c.queue for c in claims)

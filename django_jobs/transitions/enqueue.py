@@ -26,7 +26,7 @@ _HOLDING = ", ".join(f"'{status}'" for status in sorted(KEY_HOLDING_STATUSES))
 
 _COLUMNS = (
     "queue, type, version, payload, status, priority, available_at, attempts, max_attempts, unique_key,"
-    " on_lost, concurrency_key, concurrency_limit, on_lost_in_call"
+    " on_lost, concurrency_key, concurrency_limit, on_lost_in_call, trace_context"
 )
 
 # One statement per chunk, whatever its size: the shared options are scalars and the per-job
@@ -42,7 +42,8 @@ _INSERT_MANY = (
     " SELECT %(queue)s, %(type)s, %(version)s, r.payload::jsonb, 'pending', %(priority)s,"
     " COALESCE(%(run_at)s::timestamptz, now() + make_interval(secs => %(delay)s)), 0, %(max_attempts)s,"
     " r.unique_key, %(on_lost)s, r.concurrency_key,"
-    " CASE WHEN r.concurrency_key IS NOT NULL THEN %(concurrency_limit)s::int END, %(on_lost_in_call)s"
+    " CASE WHEN r.concurrency_key IS NOT NULL THEN %(concurrency_limit)s::int END, %(on_lost_in_call)s,"
+    " %(trace_context)s::jsonb"
     " FROM unnest(%(payloads)b::text[], %(keys)b::text[], %(concurrency_keys)b::text[])"
     " AS r(payload, unique_key, concurrency_key)"
     "{on_conflict}"
@@ -57,7 +58,8 @@ _INSERT_ONE = (
     f"INSERT INTO django_jobs_job ({_COLUMNS})"
     " VALUES (%(queue)s, %(type)s, %(version)s, %(payload)s::jsonb, 'pending', %(priority)s,"
     " COALESCE(%(run_at)s::timestamptz, now() + make_interval(secs => %(delay)s)), 0, %(max_attempts)s,"
-    " %(key)s, %(on_lost)s, %(concurrency_key)s, %(concurrency_limit)s::int, %(on_lost_in_call)s)"
+    " %(key)s, %(on_lost)s, %(concurrency_key)s, %(concurrency_limit)s::int, %(on_lost_in_call)s,"
+    " %(trace_context)s::jsonb)"
     "{on_conflict}"
     " RETURNING id, unique_key, available_at, created_at"
 )
@@ -93,10 +95,10 @@ def insert(
 ) -> list[Row]:
     """Insert ``jobs`` — (payload as JSON text, unique key, concurrency key) each — with the
     options of ``shared`` (queue, type, version, priority, run_at, delay, max_attempts, on_lost,
-    concurrency_limit, on_lost_in_call). Returns (id, unique_key, available_at, created_at) for
-    each job inserted: unkeyed ones first in their order, then keyed ones in any order; a job
-    whose key is held is missing. More than ``ROWS_PER_INSERT`` jobs take several statements:
-    the caller opens the transaction that makes them one write.
+    concurrency_limit, on_lost_in_call, trace_context). Returns (id, unique_key, available_at,
+    created_at) for each job inserted: unkeyed ones first in their order, then keyed ones in
+    any order; a job whose key is held is missing. More than ``ROWS_PER_INSERT`` jobs take
+    several statements: the caller opens the transaction that makes them one write.
     """
     if len(jobs) == 1:
         payload, key, concurrency_key = jobs[0]

@@ -58,6 +58,9 @@ class Claim:
     #: Seconds from the job's available_at to the claim, by the database's clock: from floats
     #: the claim returns, because parsing a timestamptz per row is a large part of its cost.
     waited: float = 0.0
+    #: The trace context stored with the job (JSON text), read after the claim by a worker
+    #: that traces (``observe.tracing.attach_contexts``); None otherwise.
+    trace_context: str | None = None
 
 
 _CLAIM_COLUMNS = (

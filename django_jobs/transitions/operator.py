@@ -127,7 +127,7 @@ WITH old AS (
         cancel_requested_at = NULL, worker_id = NULL, execution_id = NULL, heartbeat_at = NULL,
         lease_expires_at = NULL, failed_at = NULL, completed_at = NULL,
         manual_retries = j.manual_retries + 1, retried_by = %(actor)s,
-        retried_at = now()
+        retried_at = now(), trace_context = COALESCE(%(trace_context)s::jsonb, j.trace_context)
     FROM old WHERE j.id = old.id AND j.status = old.status
     RETURNING j.id, old.status, old.attempts, j.manual_retries
 ), events AS (
@@ -144,16 +144,19 @@ class KeyHeld(ActionRefused):
     """The retry would make a second live job of its type with the same unique key."""
 
 
-def manual_retry(job_id: int, *, actor: str, reason: str, seen: Seen | None = None) -> str:
+def manual_retry(
+    job_id: int, *, actor: str, reason: str, seen: Seen | None = None, trace_context: str | None = None
+) -> str:
     """An operator's retry: a failed, cancelled or parked job becomes pending with a fresh
-    attempt budget. Returns the status it left.
+    attempt budget. Returns the status it left. ``trace_context`` (JSON text), when the retry
+    is traced, replaces the one the job stored: its next executions are the retry's children.
 
     Raises ``ActionRefused`` if the job is in another state (or no longer as ``seen``), and
     ``KeyHeld`` if another active job of its type holds its unique key (the retry would run the
     same work twice at once).
     """
     alias = jobs_settings.DATABASE
-    params = _fenced({"id": job_id, "actor": actor, "reason": reason}, seen)
+    params = _fenced({"id": job_id, "actor": actor, "reason": reason, "trace_context": trace_context}, seen)
     try:
         with transaction.atomic(using=alias), connections[alias].cursor() as cursor:
             cursor.execute(_MANUAL_RETRY, params)

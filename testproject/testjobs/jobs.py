@@ -203,6 +203,22 @@ def cancelled_query(ctx: JobContext, payload: dict[str, Any]) -> None:
         cursor.execute("SELECT pg_sleep(1)")
 
 
+@job("test.traced", backoff=Backoff(base=0.05, cap=0.05, jitter=0), max_attempts=5)
+def traced(ctx: JobContext, payload: dict[str, Any]) -> None:
+    """Works inside a span of its own (under its execution's), for ``payload["pause"]`` seconds,
+    and fails with a retryable error, whose text holds a secret, until attempt
+    ``payload["succeed_on"]`` (docs/operations.md, "Tracing")."""
+    from opentelemetry import trace
+
+    with trace.get_tracer("testproject").start_as_current_span("charge card"):
+        time.sleep(payload.get("pause", 0))
+        if ctx.attempt < payload.get("succeed_on", 1):
+            raise RetryableError(
+                f"card network timed out on attempt {ctx.attempt} (postgres://shop:hunter2@db/prod)",
+                code="PROVIDER_5XX",
+            )
+
+
 @job("test.counted", backoff=FAST, max_attempts=50)
 def counted(ctx: JobContext, payload: dict[str, Any]) -> None:
     """Counts its executions outside the database, a line each in the file payload["log"]:
