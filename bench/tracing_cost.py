@@ -1,6 +1,6 @@
 """What tracing costs the hot path: ``enqueue()`` and one job run by the worker's executor.
 
-    .venv/bin/python bench/tracing_cost.py [--jobs 2000] [--reps 5]
+    .venv/bin/python bench/tracing_cost.py [--jobs 200] [--reps 3]
 
 Three ways, interleaved in one run, on the test project's ``test.noop`` jobs in a dedicated
 database (``django_jobs_bench_tracing``, re-created): OpenTelemetry not installed (the face's
@@ -29,8 +29,8 @@ from bench import drain as drain_bench  # noqa: E402  (after the path and the da
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
-    parser.add_argument("--jobs", type=int, default=2000, help="jobs per repetition (default 2,000)")
-    parser.add_argument("--reps", type=int, default=5, help="repetitions of each way (default 5)")
+    parser.add_argument("--jobs", type=int, default=200, help="jobs per repetition (default 200)")
+    parser.add_argument("--reps", type=int, default=3, help="repetitions of each way (default 3)")
     args = parser.parse_args()
 
     url = drain_bench.bench_url()
