@@ -163,3 +163,10 @@ if env("DJANGO_JOBS_LOG_LEVEL", default=None):
 # docs/workers.md shows. It wins over DJANGO_JOBS_LOG_LEVEL.
 if env("DJANGO_JOBS_LOGGING", default=None):
     LOGGING = json.loads(env("DJANGO_JOBS_LOGGING"))
+
+# OpenTelemetry in a worker process of the tracing tests: each span to this file, as it ends
+# (testproject/span_file.py; docs/operations.md, "Tracing", sets a provider the same way).
+if env("TRACE_SPANS_FILE", default=None):
+    from testproject.span_file import trace_to
+
+    trace_to(env("TRACE_SPANS_FILE"))

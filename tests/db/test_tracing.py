@@ -2,8 +2,7 @@
 the enqueue's span, its context stored with the job, each execution a child of it, an
 operator's retry, and the bad input tracing must survive.
 
-The tracer provider is this process's global one: each test sets its own and takes it away
-after, as OpenTelemetry's own test utilities do, so that no other test traces.
+The tracer provider is set for each test alone (tests/otel_support.py).
 """
 
 from __future__ import annotations
@@ -11,52 +10,26 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from opentelemetry import baggage, context, trace
 from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, StatusCode
-from opentelemetry.util._once import Once
 
 from django_jobs import enqueue, enqueue_many
 from django_jobs.console import actions
 from django_jobs.models import Job
 from django_jobs.states import JobStatus
 from django_jobs.testing import run_one
+from tests.otel_support import exported, named, provider
+
+__all__ = ["exported", "provider"]  # fixtures, used by name
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 VALID_PARENT = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
-
-
-def _forget_provider() -> None:
-    trace._TRACER_PROVIDER_SET_ONCE = Once()
-    trace._TRACER_PROVIDER = None
-
-
-@pytest.fixture
-def provider() -> Iterator[TracerProvider]:
-    made = TracerProvider()
-    _forget_provider()
-    trace.set_tracer_provider(made)
-    yield made
-    made.shutdown()
-    _forget_provider()
-
-
-@pytest.fixture
-def exported(provider: TracerProvider) -> InMemorySpanExporter:
-    exporter = InMemorySpanExporter()
-    provider.add_span_processor(SimpleSpanProcessor(exporter))
-    return exporter
-
-
-def _named(exporter: InMemorySpanExporter, name: str) -> list[ReadableSpan]:
-    return [s for s in exporter.get_finished_spans() if s.name == name]
 
 
 def _run_until_done(job: Job) -> Job:
@@ -81,7 +54,7 @@ def test_an_enqueue_is_a_producer_span_whose_context_the_job_stores(exported: In
     tracer = trace.get_tracer("test")
     with tracer.start_as_current_span("POST /checkout") as request:
         job = enqueue("test.traced", {}, queue="payments")
-    (send,) = _named(exported, "send payments")
+    (send,) = named(exported, "send payments")
     assert send.kind is SpanKind.PRODUCER
     assert send.parent is not None and send.parent.span_id == request.get_span_context().span_id
     assert send.attributes is not None
@@ -103,7 +76,7 @@ def test_an_enqueue_is_a_producer_span_whose_context_the_job_stores(exported: In
 
 def test_enqueue_many_is_one_span_for_the_batch(exported: InMemorySpanExporter) -> None:
     jobs = enqueue_many("test.traced", [{}] * 3)
-    (send,) = _named(exported, "send default")
+    (send,) = named(exported, "send default")
     assert send.attributes is not None and send.attributes["messaging.batch.message_count"] == 3
     assert "messaging.message.id" not in send.attributes
     assert len({json.dumps(j.trace_context) for j in Job.objects.filter(id__in=[j.id for j in jobs])}) == 1
@@ -116,8 +89,8 @@ def test_each_attempt_is_a_child_of_the_enqueue_and_the_handler_nests_under_it(
         job = enqueue("test.traced", {"succeed_on": 2})
     assert _run_until_done(job).status == JobStatus.COMPLETED
 
-    (send,) = _named(exported, "send default")
-    first, second = sorted(_named(exported, "process default"), key=lambda s: s.start_time or 0)
+    (send,) = named(exported, "send default")
+    first, second = sorted(named(exported, "process default"), key=lambda s: s.start_time or 0)
     for execution in (first, second):
         assert execution.kind is SpanKind.CONSUMER
         assert execution.context.trace_id == send.context.trace_id  # one trace, from the request
@@ -137,7 +110,7 @@ def test_each_attempt_is_a_child_of_the_enqueue_and_the_handler_nests_under_it(
     assert second.attributes["messaging.message.id"] == str(job.id)
     assert second.attributes["django_jobs.job.queue_wait_seconds"] >= 0
     # The handler's own span, one per attempt, under its execution's.
-    handler_spans = _named(exported, "charge card")
+    handler_spans = named(exported, "charge card")
     assert sorted(s.parent.span_id for s in handler_spans if s.parent) == sorted(
         [first.context.span_id, second.context.span_id]
     )
@@ -152,7 +125,7 @@ def test_an_operators_retry_is_a_span_of_their_request_and_the_parent_of_what_ru
 
     with trace.get_tracer("test").start_as_current_span("POST /admin/retry") as request:
         actions.retry(job.id, reason="the card network is back", actor="ops")
-    (retry,) = _named(exported, "retry default")
+    (retry,) = named(exported, "retry default")
     assert retry.kind is SpanKind.PRODUCER
     assert retry.parent is not None and retry.parent.span_id == request.get_span_context().span_id
     assert retry.attributes is not None and retry.attributes["messaging.message.id"] == str(job.id)
@@ -160,7 +133,7 @@ def test_an_operators_retry_is_a_span_of_their_request_and_the_parent_of_what_ru
     assert stored != enqueued
 
     run_one(types=["test.traced"])
-    latest = max(_named(exported, "process default"), key=lambda s: s.start_time or 0)
+    latest = max(named(exported, "process default"), key=lambda s: s.start_time or 0)
     assert latest.parent is not None and latest.parent.span_id == retry.context.span_id
 
 
@@ -185,7 +158,7 @@ def test_a_stored_context_that_is_not_one_is_dropped_and_the_job_runs_in_a_trace
 
     assert _run_until_done(job).status == JobStatus.COMPLETED
 
-    (execution,) = _named(exported, "process default")
+    (execution,) = named(exported, "process default")
     assert execution.parent is None and not execution.links
     assert any(r.getMessage().startswith("stored trace context dropped") for r in caplog.records)
 
