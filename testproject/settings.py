@@ -170,3 +170,11 @@ if env("TRACE_SPANS_FILE", default=None):
     from testproject.span_file import trace_to
 
     trace_to(env("TRACE_SPANS_FILE"))
+
+# Sentry in a worker process of the error-tracking tests (testproject/sentry_file.py): events to
+# this file, and the example shop's receivers connected (testproject/shop/apps.py).
+SENTRY_EVENTS_FILE = env("SENTRY_EVENTS_FILE", default=None)
+if SENTRY_EVENTS_FILE:
+    from testproject.sentry_file import report_to
+
+    report_to(SENTRY_EVENTS_FILE)

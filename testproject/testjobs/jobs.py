@@ -219,6 +219,14 @@ def traced(ctx: JobContext, payload: dict[str, Any]) -> None:
             )
 
 
+@job("test.tells_sentry")
+def tells_sentry(ctx: JobContext, payload: dict[str, Any]) -> None:
+    """Reports a message to Sentry from inside the handler, as a handler's own error report would."""
+    import sentry_sdk
+
+    sentry_sdk.capture_message("the warehouse is short of stock")
+
+
 @job("test.counted", backoff=FAST, max_attempts=50)
 def counted(ctx: JobContext, payload: dict[str, Any]) -> None:
     """Counts its executions outside the database, a line each in the file payload["log"]:
