@@ -176,7 +176,7 @@ def _insert(options: Options, items: list[Item]) -> list[Job]:
             todo = _fill_from_holders(alias, options, items, missing, result)
     if signals.listened(signals.job_enqueued):
         announce(alias, [job for job, new in zip(result, made, strict=True) if new and job is not None])
-    if metrics.AVAILABLE:
+    if metrics.AVAILABLE or metrics.OTEL_AVAILABLE:
         # Counted as written, not at commit: an on_commit callback of ours would show up among
         # the callbacks of every user's test that counts them.
         metrics.enqueued((job.type, job.queue) for job, new in zip(result, made, strict=True) if new and job)

@@ -113,7 +113,7 @@ def enqueue_workflow(
         if signals.listened(signals.job_enqueued):
             # Registered inside the savepoint: a workflow refused or rolled back announces nothing.
             announce(alias, list(Job.objects.using(alias).filter(id__in=job_ids).order_by("id")))
-    if metrics.AVAILABLE:
+    if metrics.AVAILABLE or metrics.OTEL_AVAILABLE:
         metrics.enqueued(zip(columns["types"], columns["queues"], strict=True))
     return found
 

@@ -31,6 +31,7 @@ class SpanFile(SpanExporter):
         lines = []
         for span in spans:
             context = span.get_span_context()
+            assert context is not None, "an ended span has its context"
             lines.append(json.dumps({
                 "name": span.name,
                 "kind": span.kind.name,

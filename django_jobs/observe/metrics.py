@@ -24,6 +24,7 @@ from __future__ import annotations
 import importlib.util
 import threading
 from collections.abc import Iterable
+from typing import TYPE_CHECKING, Protocol
 
 from django_jobs.observe.counters import RUN_BUCKETS as RUN_BUCKETS  # re-exported: the face of the metrics
 from django_jobs.observe.counters import WAIT_BUCKETS as WAIT_BUCKETS
@@ -35,21 +36,38 @@ from django_jobs.observe.labels import OTHER as OTHER
 from django_jobs.observe.labels import PREFIX as PREFIX
 from django_jobs.observe.labels import LabelValues as LabelValues
 
+if TYPE_CHECKING:
+    from django_jobs.maintenance.reaper import ReapResult
+    from django_jobs.runtime.executor import Finished
+    from django_jobs.transitions import Claim, Outcome
 
-def _importable() -> bool:
-    """Whether prometheus-client can be imported, without importing it here.
 
-    It is imported by the first metric this process records or serves: a worker without
-    ``--metrics-port`` never does, and keeps its ~4 MB.
+class Recorder(Protocol):
+    """What records a process's events: ``counters.Metrics`` (Prometheus) or
+    ``otel_metrics.OtelMetrics`` (OpenTelemetry)."""
+
+    def on_enqueued(self, type_name: str, queue: str, count: int) -> None: ...
+    def on_started(self, claim: Claim) -> None: ...
+    def on_finished(self, finished: Finished, outcome: Outcome | None) -> None: ...
+    def on_reaped(self, result: ReapResult) -> None: ...
+
+
+def _importable(module: str = "prometheus_client") -> bool:
+    """Whether ``module`` can be imported, without importing it here.
+
+    prometheus-client is imported by the first metric this process records or serves: a
+    worker without ``--metrics-port`` never does, and keeps its ~4 MB.
     """
     try:
-        return importlib.util.find_spec("prometheus_client") is not None
+        return importlib.util.find_spec(module) is not None
     except (ImportError, ValueError):
         return False
 
 
 #: Whether prometheus-client is installed: the hooks do nothing without it.
 AVAILABLE = _importable()
+#: Whether opentelemetry-api is installed: its meter provider may then be set.
+OTEL_AVAILABLE = _importable("opentelemetry.metrics")
 
 
 def usable() -> bool:
@@ -88,13 +106,29 @@ def recorder() -> Metrics | None:
     return _metrics
 
 
+def otel_recorder() -> Recorder | None:
+    """The event metrics of OpenTelemetry's meter provider, or None while none is set (or
+    opentelemetry-api is not installed)."""
+    global OTEL_AVAILABLE
+    if not OTEL_AVAILABLE:
+        return None
+    try:
+        from django_jobs.observe import otel_metrics
+    except ImportError:  # a broken installation turns them off, as a missing one does
+        OTEL_AVAILABLE = False
+        return None
+    return otel_metrics.recorder()
+
+
 def enqueued(jobs: Iterable[tuple[str, str]]) -> None:
-    """Count created jobs, given as (type, queue) pairs (an attribute check without the extra)."""
-    metrics = recorder()
-    if metrics is None:
+    """Count created jobs, given as (type, queue) pairs, with Prometheus and with OpenTelemetry
+    where each is there (an attribute check without either extra)."""
+    recorders: list[Recorder] = [r for r in (recorder(), otel_recorder()) if r is not None]
+    if not recorders:
         return
     counts: dict[tuple[str, str], int] = {}
     for key in jobs:
         counts[key] = counts.get(key, 0) + 1
     for (type_name, queue), count in counts.items():
-        metrics.on_enqueued(type_name, queue, count)
+        for metrics in recorders:
+            metrics.on_enqueued(type_name, queue, count)

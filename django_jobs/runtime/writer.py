@@ -28,7 +28,7 @@ from django_jobs import logs
 from django_jobs.conf import jobs_settings
 from django_jobs.decision import Happened
 from django_jobs.errors import DATABASE_UNAVAILABLE
-from django_jobs.observe.metrics import Metrics
+from django_jobs.observe.metrics import Recorder
 from django_jobs.runtime import connectivity, outcomes
 from django_jobs.runtime.executor import Finished
 from django_jobs.runtime.outage import Outage
@@ -62,7 +62,7 @@ class OutcomeWriter:
         worker_id: str,
         batch_size: int,
         wake: threading.Event,
-        metrics: Metrics | None = None,
+        metrics: Recorder | None = None,
     ) -> None:
         self._pool = pool
         self._stats = stats

@@ -1,0 +1,93 @@
+"""Metrics through OpenTelemetry (django_jobs/observe/otel_metrics.py), read with the SDK's
+in-memory reader: a worker's events, the enqueues, and the per-queue gauges."""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from opentelemetry.metrics import _internal as metrics_internal
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+from opentelemetry.util._once import Once
+
+from django_jobs import enqueue
+from django_jobs.observe import metrics
+from django_jobs.observe.otel_metrics import observe_queues
+from django_jobs.testing import run_jobs
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def _forget_provider() -> None:
+    metrics_internal._METER_PROVIDER_SET_ONCE = Once()
+    metrics_internal._METER_PROVIDER = None
+
+
+@pytest.fixture
+def reader() -> Iterator[InMemoryMetricReader]:
+    made = InMemoryMetricReader()
+    provider = MeterProvider(metric_readers=[made])
+    _forget_provider()
+    metrics_internal.set_meter_provider(provider)
+    yield made
+    provider.shutdown()
+    _forget_provider()
+
+
+def points(reader: InMemoryMetricReader) -> dict[str, list[Any]]:
+    """Every data point collected now, by instrument name."""
+    found: dict[str, list[Any]] = {}
+    data = reader.get_metrics_data()
+    assert data is not None
+    for resource in data.resource_metrics:
+        for scope in resource.scope_metrics:
+            for metric in scope.metrics:
+                found.setdefault(metric.name, []).extend(metric.data.data_points)
+    return found
+
+
+def _sum(found: dict[str, list[Any]], name: str, **attributes: str) -> float:
+    return sum(p.value for p in found.get(name, []) if attributes.items() <= dict(p.attributes).items())
+
+
+def test_without_a_meter_provider_nothing_is_recorded() -> None:
+    assert metrics.otel_recorder() is None
+    enqueue("test.noop", {})  # and the enqueue goes on
+
+
+def test_a_workers_executions_and_the_enqueues_are_counted(reader: InMemoryMetricReader) -> None:
+    for _ in range(3):
+        enqueue("test.noop", {}, queue="mail")
+    enqueue("test.permanent", {}, queue="mail")
+    run_jobs(queues=["mail"])
+
+    found = points(reader)
+    mail = {"messaging.system": "django_jobs", "messaging.destination.name": "mail"}
+    assert _sum(found, "messaging.client.sent.messages", **mail, **{"django_jobs.job.type": "test.noop"}) == 3
+    assert _sum(found, "messaging.client.sent.messages", **mail) == 4
+    assert _sum(found, "messaging.client.consumed.messages", **mail) == 4
+    assert _sum(found, "django_jobs.executions.ended", **{"django_jobs.status": "completed"}) == 3
+    failed = {"django_jobs.status": "failed", "error.type": "ENTITY_NOT_FOUND"}
+    assert _sum(found, "django_jobs.executions.ended", **failed) == 1
+    assert sum(p.count for p in found["messaging.process.duration"]) == 4
+    assert sum(p.count for p in found["django_jobs.queue.wait"]) == 4
+
+
+def test_the_queues_gauges_read_the_dashboards_figures(reader: InMemoryMetricReader) -> None:
+    later = dt.timedelta(hours=1)
+    for _ in range(2):
+        enqueue("test.noop", {}, queue="reports", delay=later)
+    enqueue("test.noop", {}, queue="reports")
+    observe_queues()
+
+    found = points(reader)
+    reports = {"messaging.destination.name": "reports"}
+    assert _sum(found, "django_jobs.queue.pending", **reports) == 3
+    assert _sum(found, "django_jobs.queue.due", **reports) == 1
+    assert _sum(found, "django_jobs.queue.paused", **reports) == 0
+    assert {name for name in found if name.startswith("django_jobs.queue.")} >= {
+        "django_jobs.queue.running", "django_jobs.queue.failed", "django_jobs.queue.oldest_due_seconds",
+    }  # fmt: skip
