@@ -32,14 +32,17 @@ def spans_in(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
 
 
+@pytest.mark.parametrize("pool", ["thread", "process"])
 def test_a_job_that_fails_once_then_completes_on_a_worker_is_one_trace_with_its_request(
-    exported: InMemorySpanExporter, start_worker: StartWorker, tmp_path: Path
+    exported: InMemorySpanExporter, start_worker: StartWorker, tmp_path: Path, pool: str
 ) -> None:
+    """With ``--pool process`` the handler runs in a child process, which sets its provider as
+    its parent did (the settings) and gets the stored context with its claim."""
     spans_file = tmp_path / "worker.spans"
     # The request's span stands in for the one Django's instrumentation opens.
     with trace.get_tracer("test").start_as_current_span("POST /checkout") as request:
         job = enqueue("test.traced", {"succeed_on": 2})
-    worker = start_worker(env={"TRACE_SPANS_FILE": str(spans_file)})
+    worker = start_worker("--pool", pool, env={"TRACE_SPANS_FILE": str(spans_file)})
     wait_for(lambda: Job.objects.get(id=job.id).status == JobStatus.COMPLETED, what="the job to complete")
     worker.send(signal.SIGTERM)
     assert worker.wait() == 0
@@ -59,7 +62,8 @@ def test_a_job_that_fails_once_then_completes_on_a_worker_is_one_trace_with_its_
             send_id,
             [send_id],
         )
-        assert execution["kind"] == "CONSUMER" and execution["pid"] == worker.pid
+        assert execution["kind"] == "CONSUMER"
+        assert (execution["pid"] == worker.pid) == (pool == "thread")  # else the child's
         assert execution["attributes"]["messaging.message.id"] == str(job.id)
     first, second = executions
     assert (first["attributes"]["django_jobs.outcome"], first["status"]) == ("retryable", "ERROR")
