@@ -8,7 +8,12 @@ database (``django_jobs_bench_tracing``, re-created): OpenTelemetry not installe
 set (the default until an application sets one), and installed with the SDK's provider and a
 span processor that drops every span (what the spans themselves cost, without an exporter).
 Each repetition enqueues ``--jobs`` jobs one by one (a commit each), then claims and runs them one
-at a time with ``django_jobs.testing.run_one`` (claim, execute, outcome); medians are printed.
+at a time with ``django_jobs.testing.run_one`` (claim, execute, outcome), each way in turn, the
+first way rotating from one repetition to the next; medians are printed. A claim of one job is
+the worst case of the traced worker's read of the claimed jobs' contexts: a worker's claims
+take up to ``BATCH_SIZE`` jobs, and read them in one statement. Last, the hooks alone (an
+execution's span block and a check of whether tracing is on) are timed over many calls, free
+of the database's noise.
 """
 
 from __future__ import annotations
@@ -18,6 +23,8 @@ import os
 import statistics
 import sys
 import time
+import timeit
+import uuid
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -49,6 +56,7 @@ def main() -> None:
     from django_jobs import enqueue
     from django_jobs.observe import tracing
     from django_jobs.testing import run_one
+    from django_jobs.transitions import Claim
 
     def not_installed() -> None:
         tracing.AVAILABLE = False
@@ -73,8 +81,10 @@ def main() -> None:
     enqueue_us: dict[str, list[float]] = {name: [] for name in ways}
     run_us: dict[str, list[float]] = {name: [] for name in ways}
     print(f"$ {sys.executable} {' '.join(sys.argv)}")
-    for _ in range(args.reps):
-        for name, set_up in ways.items():
+    order = list(ways.items())
+    for rep in range(args.reps):
+        # Each repetition starts with another way: none always runs on the freshest table.
+        for name, set_up in order[rep % len(order) :] + order[: rep % len(order)]:
             drain_bench.truncate()
             set_up()
             started = time.perf_counter()
@@ -85,6 +95,22 @@ def main() -> None:
             for _ in range(args.jobs):
                 run_one(types=["test.noop"])
             run_us[name].append(1e6 * (time.perf_counter() - started) / args.jobs)
+    # The hooks alone, timed over many calls: what a job pays for them, free of the database's noise.
+    claim = Claim(
+        id=1, queue="default", type="test.noop", version=1, payload="{}", attempt=1, max_attempts=5,
+        execution_id=uuid.uuid4(), unique_key=None, checkpoint=None, priority=0, last_error_code=None,
+        on_lost="retry", counted=True, claimed_at=0.0,
+    )  # fmt: skip
+
+    def hooks() -> None:
+        with tracing.execution(claim):
+            pass
+        tracing.enabled()  # the enqueue's and the claim's check
+
+    hook_ns = {}
+    for name, set_up in ways.items():
+        set_up()
+        hook_ns[name] = min(timeit.repeat(hooks, number=20_000, repeat=5)) / 20_000 * 1e9
     base_enqueue = statistics.median(enqueue_us["not installed"])
     base_run = statistics.median(run_us["not installed"])
     print(f"{args.jobs} test.noop jobs per repetition, medians of {args.reps}, microseconds per job")
@@ -93,6 +119,7 @@ def main() -> None:
         print(
             f"{name:24} enqueue {enq:7.1f} us (x{enq / base_enqueue:.3f})"
             f" | claim+run+outcome {ran:7.1f} us (x{ran / base_run:.3f})"
+            f" | the hooks alone {hook_ns[name]:8.0f} ns"
         )
 
 
