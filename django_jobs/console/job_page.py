@@ -25,6 +25,8 @@ from django_jobs.states import JobStatus
 EVENTS_PER_PAGE = 50
 
 _EVENT_ID = re.compile(r"^[0-9]{1,18}$")
+#: A W3C traceparent (version-trace id-span id-flags): anything else stored is not shown.
+_TRACEPARENT = re.compile(r"\A[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}\Z")
 
 
 class JobPage(JobActionPages):
@@ -72,6 +74,16 @@ class JobPage(JobActionPages):
                 round(100 * done / total),
             )  # fmt: skip
         return str(done)
+
+    @admin.display(description="trace")
+    def trace_id(self, job: Job) -> str:
+        """The trace id of the enqueue (or of an operator's retry), to look the job up in the
+        tracing tool; "—" for a job enqueued without tracing."""
+        stored = job.trace_context
+        traceparent = stored.get("traceparent") if isinstance(stored, dict) else None
+        if not isinstance(traceparent, str) or not _TRACEPARENT.match(traceparent):
+            return "—"
+        return traceparent.split("-")[1]
 
     @admin.display(description="heartbeat")
     def heartbeat_age(self, job: Job) -> str:

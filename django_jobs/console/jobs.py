@@ -93,8 +93,8 @@ class JobAdmin(JobPage, QueuePages, RestorePages, WorkflowPages, BulkPages):
             "Execution",
             {
                 "fields": (
-                    "worker_id", "execution_id", "started_at", "heartbeat_age", "lease_expires_at",
-                    "cancel_requested_at", "progress_bar", "checkpoint_pretty",
+                    "worker_id", "execution_id", "trace_id", "started_at", "heartbeat_age",
+                    "lease_expires_at", "cancel_requested_at", "progress_bar", "checkpoint_pretty",
                 )
             },
         ),

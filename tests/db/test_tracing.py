@@ -209,3 +209,19 @@ def test_a_span_processor_that_raises_fails_no_enqueue_and_no_job(
     assert _run_until_done(job).status == JobStatus.COMPLETED
     assert Job.objects.get(id=job.id).attempts == 2
     assert any("a span processor failed" in r.getMessage() for r in caplog.records)
+
+
+def test_a_jobs_page_shows_its_trace_id_and_nothing_for_a_context_that_is_not_one(
+    exported: InMemorySpanExporter, admin_client: Any
+) -> None:
+    from django.urls import reverse
+
+    traced = enqueue("test.traced", {})
+    (send,) = named(exported, "send default")
+    page = admin_client.get(reverse("admin:django_jobs_job_change", args=[traced.id]))
+    assert f"{send.context.trace_id:032x}" in page.content.decode()
+
+    garbage = enqueue("test.traced", {})
+    Job.objects.filter(id=garbage.id).update(trace_context={"traceparent": "<script>alert(1)</script>"})
+    page = admin_client.get(reverse("admin:django_jobs_job_change", args=[garbage.id]))
+    assert page.status_code == 200 and "<script>alert(1)" not in page.content.decode()
