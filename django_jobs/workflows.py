@@ -23,7 +23,7 @@ from django_jobs.enqueue_options import Options, resolve_type, validate_items, v
 from django_jobs.enqueueing import announce
 from django_jobs.errors import InvalidWorkflow
 from django_jobs.models import Job, Workflow
-from django_jobs.observe import metrics
+from django_jobs.observe import metrics, tracing
 from django_jobs.transitions import workflows as sql
 from django_jobs.workflow_plan import Chain, Group, Node, Plan, Step, plan
 
@@ -86,14 +86,21 @@ def enqueue_workflow(
     columns, delays_when_due = _columns(built)
     kind = "group" if isinstance(root, Group) else "chain"
     alias = jobs_settings.DATABASE
-    with transaction.atomic(using=alias), connections[alias].cursor() as cursor:
+    # Traced, the workflow's enqueue is one span, and each member's executions its children.
+    queues = set(columns["queues"])
+    destination = queues.pop() if len(queues) == 1 else "(several queues)"
+    traced = tracing.enqueue_span(destination, f"workflow:{kind}", len(built.jobs))
+    with traced as span, transaction.atomic(using=alias), connections[alias].cursor() as cursor:
         cursor.execute(sql.INSERT_WORKFLOW, [kind, name, len(built.jobs)])
         (workflow_id,) = cursor.fetchone()
         barrier_ids = _insert_barriers(cursor, workflow_id, built)
-        inserted = sql.insert_members(cursor, workflow_id, columns)
+        context = None if span is None else span.context
+        inserted = sql.insert_members(cursor, workflow_id, columns, trace_context=context)
         if len(inserted) != len(built.jobs):
             raise InvalidWorkflow(_held_keys(cursor, built, inserted) + "; nothing was enqueued")
         job_ids = [row[0] for row in inserted]
+        if span is not None:
+            span.wrote(job_ids)
         cursor.execute(
             sql.INSERT_STEPS,
             {

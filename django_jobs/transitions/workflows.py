@@ -35,13 +35,14 @@ RETURNING id
 # inserted; the caller refuses the whole workflow then.
 _MEMBERS = (
     "queue, type, version, payload, status, priority, available_at, attempts, max_attempts, unique_key,"
-    " on_lost, concurrency_key, concurrency_limit, on_lost_in_call, workflow_id"
+    " on_lost, concurrency_key, concurrency_limit, on_lost_in_call, workflow_id, trace_context"
 )
 _INSERT_MEMBERS = f"""
 INSERT INTO django_jobs_job ({_MEMBERS})
 SELECT r.queue, r.type, r.version, r.payload::jsonb, r.status, r.priority,
        COALESCE(r.run_at, now() + make_interval(secs => r.delay)), 0, r.max_attempts, r.unique_key,
-       r.on_lost, r.concurrency_key, r.concurrency_limit, r.on_lost_in_call, %(workflow)s
+       r.on_lost, r.concurrency_key, r.concurrency_limit, r.on_lost_in_call, %(workflow)s,
+       %(trace_context)s::jsonb
 FROM unnest(%(queues)s::text[], %(types)s::text[], %(versions)s::int[], %(payloads)s::text[],
             %(statuses)s::text[], %(priorities)s::int[], %(run_ats)s::timestamptz[],
             %(delays)s::float8[], %(max_attempts)s::int[], %(keys)s::text[], %(on_losts)s::text[],
@@ -120,10 +121,11 @@ def cancel_workflow(workflow_id: int, *, actor: str | None, reason: str | None) 
 
 
 def insert_members(
-    cursor: Any, workflow_id: int, columns: Mapping[str, Sequence[Any]]
+    cursor: Any, workflow_id: int, columns: Mapping[str, Sequence[Any]], trace_context: str | None = None
 ) -> list[tuple[int, str, str | None]]:
-    """Insert the member jobs (``columns``: one array per column of ``_INSERT_MEMBERS``);
-    returns (id, type, unique_key) of those inserted, in order."""
-    cursor.execute(_INSERT_MEMBERS, dict(columns, workflow=workflow_id))
+    """Insert the member jobs (``columns``: one array per column of ``_INSERT_MEMBERS``), each
+    storing ``trace_context`` (JSON text) when the call is traced; returns (id, type,
+    unique_key) of those inserted, in order."""
+    cursor.execute(_INSERT_MEMBERS, dict(columns, workflow=workflow_id, trace_context=trace_context))
     rows: list[tuple[int, str, str | None]] = cursor.fetchall()
     return rows

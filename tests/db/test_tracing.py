@@ -225,3 +225,17 @@ def test_a_jobs_page_shows_its_trace_id_and_nothing_for_a_context_that_is_not_on
     Job.objects.filter(id=garbage.id).update(trace_context={"traceparent": "<script>alert(1)</script>"})
     page = admin_client.get(reverse("admin:django_jobs_job_change", args=[garbage.id]))
     assert page.status_code == 200 and "<script>alert(1)" not in page.content.decode()
+
+
+def test_a_workflows_members_are_children_of_its_enqueue(exported: InMemorySpanExporter) -> None:
+    from django_jobs import Step, enqueue_chain
+
+    with trace.get_tracer("test").start_as_current_span("POST /reports"):
+        workflow = enqueue_chain(Step("test.traced", {}), Step("test.traced", {}))
+    (send,) = named(exported, "send default")
+    assert send.attributes is not None and send.attributes["django_jobs.job.type"] == "workflow:chain"
+    members = list(Job.objects.filter(workflow_id=workflow.id))
+    assert len(members) == 2 and all(m.trace_context == members[0].trace_context for m in members)
+    run_one(types=["test.traced"])
+    (execution,) = named(exported, "process default")
+    assert execution.parent is not None and execution.parent.span_id == send.context.span_id
