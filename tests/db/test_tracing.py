@@ -23,6 +23,7 @@ from django_jobs.console import actions
 from django_jobs.models import Job
 from django_jobs.states import JobStatus
 from django_jobs.testing import run_one
+from tests.admin.console import act_url
 from tests.otel_support import exported, named, provider
 
 __all__ = ["exported", "provider"]  # fixtures, used by name
@@ -116,15 +117,21 @@ def test_each_attempt_is_a_child_of_the_enqueue_and_the_handler_nests_under_it(
     )
 
 
+@pytest.mark.parametrize("where", ["console", "python"])
 def test_an_operators_retry_is_a_span_of_their_request_and_the_parent_of_what_runs_next(
-    exported: InMemorySpanExporter,
+    exported: InMemorySpanExporter, admin_client: Any, where: str
 ) -> None:
     job = enqueue("test.traced", {"succeed_on": 99}, max_attempts=1)
     assert _run_until_done(job).status == JobStatus.FAILED
     enqueued = Job.objects.get(id=job.id).trace_context
 
+    # The request's span stands in for the one Django's instrumentation opens.
     with trace.get_tracer("test").start_as_current_span("POST /admin/retry") as request:
-        actions.retry(job.id, reason="the card network is back", actor="ops")
+        if where == "console":
+            done = admin_client.post(act_url("retry", job.id), {"ids": str(job.id), "reason": "network back"})
+            assert done.status_code == 302
+        else:
+            actions.retry(job.id, reason="the card network is back", actor="ops")
     (retry,) = named(exported, "retry default")
     assert retry.kind is SpanKind.PRODUCER
     assert retry.parent is not None and retry.parent.span_id == request.get_span_context().span_id
