@@ -64,11 +64,18 @@ class RestoreWatch:
             logger.warning("a restore hold is open: jobs of external types wait", extra=fields)
         return not open_now
 
-    def run_once(self) -> restore.Look:
+    def run_once(self) -> restore.Look | None:
         """Look at the database's identity once. Raises what an unreachable database raises
-        (the caller's turn is retried); the last answer stands meanwhile."""
+        (the caller's turn is retried); the last answer stands meanwhile, as it does when the
+        look is skipped (None: another worker froze inside its own look)."""
         found = restore.look(self._seen, self._worker_id)
         fields = logs.worker_fields(self._worker_id)
+        if found is None:
+            logger.info(
+                "restore look skipped: another worker's look has held the record for %ss (a frozen "
+                "worker?); the next heartbeat looks again", restore.LOOK_LOCK_WAIT, extra=fields,
+            )  # fmt: skip
+            return None
         if found.opened is not None and found.sign is not None:
             logger.error(
                 "restore detected (%s): %s. Restore hold %s is open: jobs of types whose effects may "

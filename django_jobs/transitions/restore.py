@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from django.db import connections, transaction
+from django.db import OperationalError, connections, transaction
 
 from django_jobs.conf import jobs_settings
 from django_jobs.models.restore import RestoreHold
@@ -25,6 +25,11 @@ SELECT (SELECT system_identifier FROM pg_control_system()),
        CASE WHEN pg_is_in_recovery() THEN (SELECT timeline_id FROM pg_control_checkpoint())
             ELSE ('x' || left(pg_walfile_name(pg_current_wal_lsn()), 8))::bit(32)::int END
 """
+#: How long a look waits for the record another worker's look holds, at most.
+LOOK_LOCK_WAIT = 0.25
+#: PostgreSQL's SQLSTATE for a lock not granted within ``lock_timeout``.
+LOCK_NOT_AVAILABLE = "55P03"
+_LOCK_WAIT = "SELECT set_config('lock_timeout', %s, true)"
 _RECORDED = (
     "SELECT system_identifier, database_oid, timeline, generation FROM django_jobs_databaseidentity"
     " WHERE id = 1 FOR UPDATE"
@@ -81,13 +86,30 @@ def _read_live(cursor: Any) -> Identity:
     return Identity(system_identifier=int(system), database_oid=int(oid), timeline=int(timeline))
 
 
-def look(witness: Seen | None, worker_id: str) -> Look:
+def look(witness: Seen | None, worker_id: str) -> Look | None:
     """Compare the database's recorded identity with the server's and with ``witness`` (what
     this worker saw at its last look), record what it is now one generation on, and open a hold
     on a restore's sign: all in one transaction, the record locked, so that workers looking at
-    once judge one after the other."""
+    once judge one after the other.
+
+    None when the record stayed locked for ``LOOK_LOCK_WAIT``: another worker froze inside its
+    own look (a SIGSTOP, a paused VM) and holds it. This look is skipped, and the next one tries
+    again. A look runs on the heartbeat's thread: waiting for the frozen worker, every worker's
+    leases would go unrenewed until that one was continued or PostgreSQL ended its session.
+    """
     alias = jobs_settings.DATABASE
+    try:
+        return _look(alias, witness, worker_id)
+    except OperationalError as exc:
+        if getattr(exc.__cause__, "sqlstate", None) != LOCK_NOT_AVAILABLE:
+            raise
+        return None
+
+
+def _look(alias: str, witness: Seen | None, worker_id: str) -> Look:
     with transaction.atomic(using=alias), connections[alias].cursor() as cursor:
+        # For this transaction only: safe on a connection a transaction pool lends to others.
+        cursor.execute(_LOCK_WAIT, [f"{round(LOOK_LOCK_WAIT * 1000)}ms"])
         live = _read_live(cursor)
         cursor.execute(_RECORDED)
         row = cursor.fetchone()

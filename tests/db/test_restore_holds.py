@@ -11,6 +11,7 @@ from datetime import timedelta
 from io import StringIO
 from pathlib import Path
 
+import psycopg
 import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError
@@ -39,6 +40,35 @@ def record() -> DatabaseIdentity:
 def tamper(**columns: int) -> None:
     """Leave the record as a restore would: what it said at the backup."""
     DatabaseIdentity.objects.update(**columns)
+
+
+def _other_session() -> psycopg.Connection[tuple[object, ...]]:
+    settings = connection.settings_dict
+    return psycopg.connect(
+        host=settings["HOST"], port=settings["PORT"], user=settings["USER"], dbname=settings["NAME"]
+    )
+
+
+def test_a_look_skips_the_record_a_frozen_worker_holds_and_keeps_what_it_knew(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A worker frozen inside its look keeps the record locked. The others' looks run on their
+    heartbeat's thread: each gives up after LOOK_LOCK_WAIT instead of holding its leases up."""
+    caplog.set_level(logging.INFO, logger="django_jobs.worker")
+    watch = Worker(concurrency=1)._restore_watch
+    assert watch.run_once() is not None and not watch.held  # the record exists, no hold
+    with _other_session() as frozen:  # not autocommit: its transaction holds the lock
+        frozen.execute("SELECT 1 FROM django_jobs_databaseidentity WHERE id = 1 FOR UPDATE")
+        started = time.monotonic()
+        assert restore.look(None, "w2") is None
+        assert time.monotonic() - started < 5 * restore.LOOK_LOCK_WAIT + 1
+        assert watch.run_once() is None and not watch.held  # the last answer stands
+    assert any("restore look skipped" in r.getMessage() for r in caplog.records)
+    with connection.cursor() as cursor:  # the bound was the look's transaction's alone
+        cursor.execute("SHOW lock_timeout")
+        assert cursor.fetchone()[0] == "0"
+    found = restore.look(None, "w2")
+    assert found is not None and found.sign is None
 
 
 def test_the_first_look_records_the_database_and_each_look_raises_the_generation() -> None:
