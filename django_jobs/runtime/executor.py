@@ -6,9 +6,10 @@ library, ``asyncio.CancelledError``), and even an error raised while describing 
 ``async def`` handler (or one that returns an awaitable) is run to completion on an event loop.
 
 The steps, in order: the handler's connection is checked (``runtime/handler_connections.py``),
-the payload decoded and upcast (``runtime/payloads.py``), the ``JobContext`` built, an
-ambiguous previous attempt reconciled when the type can say what it did, the handler called,
-its end described as a :class:`Finished`, and the connections left as the next job expects.
+the execution's span opened when tracing is on (``observe/tracing.py``), the payload decoded
+and upcast (``runtime/payloads.py``), the ``JobContext`` built, an ambiguous previous attempt
+reconciled when the type can say what it did, the handler called, its end described as a
+:class:`Finished` (and recorded on the span), and the connections left as the next job expects.
 
 The handler runs on the calling thread's own database connection, in autocommit mode: never
 inside a transaction opened for the claim, which committed before the job was handed over.
