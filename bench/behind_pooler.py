@@ -128,15 +128,7 @@ def main() -> None:
 
     from tests.process import pgbouncer
 
-    direct = drain_bench.bench_url()
-    drain_bench.recreate_database(direct)
-    os.environ.update(DATABASE_URL=direct, DJANGO_SETTINGS_MODULE="testproject.settings")
-    os.environ.pop("DEBUG", None)
-    import django
-    from django.core.management import call_command
-
-    django.setup()
-    call_command("migrate", verbosity=0)
+    direct = drain_bench.fresh_bench_database()
     where = drain_bench.urllib.parse.urlsplit(direct)
     server = (where.port or 5432, where.hostname or "127.0.0.1")
     # None: straight to PostgreSQL; else PgBouncer's pool size. Each run starts its own bouncer

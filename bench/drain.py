@@ -70,6 +70,21 @@ def recreate_database(url: str) -> None:
         conn.execute(f'CREATE DATABASE "{BENCH_DB}"')
 
 
+def fresh_bench_database() -> str:
+    """Re-create the bench database, set this process up on it (the test project's settings)
+    and migrate it; returns its URL."""
+    url = bench_url()
+    recreate_database(url)
+    os.environ.update(DATABASE_URL=url, DJANGO_SETTINGS_MODULE="testproject.settings")
+    os.environ.pop("DEBUG", None)
+    import django
+    from django.core.management import call_command
+
+    django.setup()
+    call_command("migrate", verbosity=0)
+    return url
+
+
 def sql(statement: str) -> None:
     from django.db import connection
 
@@ -214,17 +229,9 @@ def main() -> None:
     )  # fmt: skip
     args = parser.parse_args()
 
-    url = bench_url()
-    recreate_database(url)
-    os.environ.update(DATABASE_URL=url, DJANGO_SETTINGS_MODULE="testproject.settings")
-    os.environ.pop("DEBUG", None)
-    import django
-    from django.core.management import call_command
-
-    django.setup()
+    url = fresh_bench_database()
     from django_jobs.conf import jobs_settings
 
-    call_command("migrate", verbosity=0)
     batch_size = args.batch_size or jobs_settings.BATCH_SIZE
     where = urllib.parse.urlsplit(url)
     print("$ " + shlex.join([sys.executable, *sys.argv]))

@@ -40,15 +40,7 @@ def main() -> None:
     parser.add_argument("--reps", type=int, default=3, help="repetitions of each way (default 3)")
     args = parser.parse_args()
 
-    url = drain_bench.bench_url()
-    drain_bench.recreate_database(url)
-    os.environ.update(DATABASE_URL=url, DJANGO_SETTINGS_MODULE="testproject.settings")
-    os.environ.pop("DEBUG", None)
-    import django
-    from django.core.management import call_command
-
-    django.setup()
-    call_command("migrate", verbosity=0)
+    drain_bench.fresh_bench_database()
 
     from opentelemetry import trace
     from opentelemetry.sdk.trace import SpanProcessor, TracerProvider

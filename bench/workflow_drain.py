@@ -16,7 +16,6 @@ backend of the bench database waited on a lock (a row lock: ``Lock`` / ``transac
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import sys
 import threading
@@ -94,15 +93,7 @@ def main() -> None:
     parser.add_argument("--reps", type=int, default=3, help="repetitions of each (the median is printed)")
     args = parser.parse_args()
 
-    url = harness.bench_url()
-    harness.recreate_database(url)
-    os.environ.update(DATABASE_URL=url, DJANGO_SETTINGS_MODULE="testproject.settings")
-    os.environ.pop("DEBUG", None)
-    import django
-    from django.core.management import call_command
-
-    django.setup()
-    call_command("migrate", verbosity=0)
+    url = harness.fresh_bench_database()
     print("$ " + " ".join([sys.executable, *sys.argv]))
     for workers in args.workers:
         runs: dict[str, list[dict[str, Any]]] = {"plain": [], "group": []}

@@ -18,15 +18,13 @@ from django_jobs.console.display import duration, external_calls, json_block, re
 from django_jobs.console.job_actions import JobActionPages
 from django_jobs.console.pages import plain_refusal, read_page
 from django_jobs.models import Job, JobEvent
-from django_jobs.observe import diagnosis
+from django_jobs.observe import diagnosis, tracing
 from django_jobs.states import JobStatus
 
 #: The job page shows this many events at a time, newest first, with a link to older ones.
 EVENTS_PER_PAGE = 50
 
 _EVENT_ID = re.compile(r"^[0-9]{1,18}$")
-#: A W3C traceparent (version-trace id-span id-flags): anything else stored is not shown.
-_TRACEPARENT = re.compile(r"\A[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}\Z")
 
 
 class JobPage(JobActionPages):
@@ -79,11 +77,7 @@ class JobPage(JobActionPages):
     def trace_id(self, job: Job) -> str:
         """The trace id of the enqueue (or of an operator's retry), to look the job up in the
         tracing tool; "—" for a job enqueued without tracing."""
-        stored = job.trace_context
-        traceparent = stored.get("traceparent") if isinstance(stored, dict) else None
-        if not isinstance(traceparent, str) or not _TRACEPARENT.match(traceparent):
-            return "—"
-        return traceparent.split("-")[1]
+        return tracing.trace_id_of(job.trace_context) or "—"
 
     @admin.display(description="heartbeat")
     def heartbeat_age(self, job: Job) -> str:

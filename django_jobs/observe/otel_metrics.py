@@ -133,6 +133,9 @@ def recorder() -> OtelMetrics | None:
     if not configured():
         return None
     provider = otel.get_meter_provider()
+    made = _recorders
+    if made is not None and made[0] is provider:  # every enqueue asks: no lock on this path
+        return made[1]
     with _lock:
         if _recorders is None or _recorders[0] is not provider:
             _recorders = (provider, OtelMetrics())

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import json
 import logging
-import re
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
@@ -34,6 +33,8 @@ from opentelemetry.baggage.propagation import W3CBaggagePropagator
 from opentelemetry.trace import Link, NoOpTracerProvider, ProxyTracerProvider, SpanKind, Status, StatusCode
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
+from django_jobs.observe.tracing import TRACEPARENT
+
 logger = logging.getLogger("django_jobs.tracing")
 
 SYSTEM = "django_jobs"
@@ -41,7 +42,6 @@ SYSTEM = "django_jobs"
 #: list members for the first and 8,192 bytes for the second; a job keeps what a trace needs).
 MAX_TRACESTATE = 512
 MAX_BAGGAGE = 1024
-_TRACEPARENT = re.compile(r"\A[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}\Z")
 
 _TRACE_CONTEXT = TraceContextTextMapPropagator()
 _BAGGAGE = W3CBaggagePropagator()
@@ -149,7 +149,7 @@ def _problem(found: object) -> str | None:
     if not all(isinstance(v, str) for v in found.values()):
         return "a value that is not text"
     traceparent = found.get("traceparent")
-    if not isinstance(traceparent, str) or not _TRACEPARENT.match(traceparent):
+    if not isinstance(traceparent, str) or not TRACEPARENT.match(traceparent):
         return "no well-formed traceparent"
     if len(found.get("tracestate", "")) > MAX_TRACESTATE or len(found.get("baggage", "")) > MAX_BAGGAGE:
         return "tracestate or baggage over its bound"

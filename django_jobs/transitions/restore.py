@@ -62,6 +62,8 @@ SELECT setval(s.seq, GREATEST(coalesce(pg_sequence_last_value(s.seq), 0),
 FROM (SELECT pg_get_serial_sequence('django_jobs_job', 'id')::regclass AS seq) AS s
 """
 _ANY_OPEN = "SELECT EXISTS (SELECT 1 FROM django_jobs_restorehold WHERE released_at IS NULL)"
+
+
 @dataclass(frozen=True, slots=True)
 class Look:
     """What one look found: what the worker has now seen, the sign of a restore if this look

@@ -148,6 +148,14 @@ class Run:
         self.feeder = Feeder(self, pause)
         self.feeder.start()
 
+    def feed_every_host(self, pause: float) -> None:
+        """Start every worker, keep them fed (:meth:`feed`), and wait until each host has
+        started jobs."""
+        self.started()
+        self.feed(pause)
+        labels = set(self.workers)
+        wait_until(lambda: {s.host for s in starts(self.directory)} >= labels, 60, "every host to work")
+
     def drain(self, timeout: float = 120) -> None:
         """Stop feeding and wait until every job has ended."""
         if self.feeder is not None:

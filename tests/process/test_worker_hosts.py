@@ -108,11 +108,7 @@ def test_a_host_cut_off_holding_running_jobs_is_taken_over_and_comes_back_withou
     cut, *healthy = site.hosts.hosts
     for host in site.hosts.hosts:
         run.start(host, "--concurrency", str(CONCURRENCY))
-    run.started()
-    run.feed(PAUSE)
-    wait_until(
-        lambda: {s.host for s in starts(run.directory)} >= {"h0", "h1", "h2"}, 60, "every host to work"
-    )
+    run.feed_every_host(PAUSE)
     baseline_from = time.time()
     time.sleep(BASELINE)  # the healthy hosts' throughput is measured over this window
     cut_worker = run.workers[cut.label]
@@ -242,11 +238,7 @@ def test_latency_and_loss_to_one_host_lose_no_job_run_none_twice_and_spare_the_o
     run.start(slow, "--concurrency", str(CONCURRENCY), url=slow.url(site.cluster, port=proxy.port))
     for host in healthy:
         run.start(host, "--concurrency", str(CONCURRENCY))
-    run.started()
-    run.feed(PAUSE)
-    wait_until(
-        lambda: {s.host for s in starts(run.directory)} >= {"h0", "h1", "h2"}, 60, "every host to work"
-    )
+    run.feed_every_host(PAUSE)
     baseline_from = time.time()
     time.sleep(BASELINE)  # throughput is measured over this window, then over the fault's
     # The round trip through the proxy, timed on a connection of the test's (opened healthy).
