@@ -18,7 +18,8 @@ from django_jobs.console.display import duration, external_calls, json_block, re
 from django_jobs.console.job_actions import JobActionPages
 from django_jobs.console.pages import plain_refusal, read_page
 from django_jobs.models import Job, JobEvent
-from django_jobs.observe import diagnosis, tracing
+from django_jobs.observe import diagnosis
+from django_jobs.observe.traceparent import trace_id_of
 from django_jobs.states import JobStatus
 
 #: The job page shows this many events at a time, newest first, with a link to older ones.
@@ -77,7 +78,7 @@ class JobPage(JobActionPages):
     def trace_id(self, job: Job) -> str:
         """The trace id of the enqueue (or of an operator's retry), to look the job up in the
         tracing tool; "—" for a job enqueued without tracing."""
-        return tracing.trace_id_of(job.trace_context) or "—"
+        return trace_id_of(job.trace_context) or "—"
 
     @admin.display(description="heartbeat")
     def heartbeat_age(self, job: Job) -> str:

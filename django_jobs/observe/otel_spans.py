@@ -33,7 +33,7 @@ from opentelemetry.baggage.propagation import W3CBaggagePropagator
 from opentelemetry.trace import Link, NoOpTracerProvider, ProxyTracerProvider, SpanKind, Status, StatusCode
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
-from django_jobs.observe.tracing import TRACEPARENT
+from django_jobs.observe.traceparent import well_formed
 
 logger = logging.getLogger("django_jobs.tracing")
 
@@ -148,8 +148,7 @@ def _problem(found: object) -> str | None:
         return "not a JSON object"
     if not all(isinstance(v, str) for v in found.values()):
         return "a value that is not text"
-    traceparent = found.get("traceparent")
-    if not isinstance(traceparent, str) or not TRACEPARENT.match(traceparent):
+    if not well_formed(found.get("traceparent")):
         return "no well-formed traceparent"
     if len(found.get("tracestate", "")) > MAX_TRACESTATE or len(found.get("baggage", "")) > MAX_BAGGAGE:
         return "tracestate or baggage over its bound"

@@ -20,7 +20,6 @@ not one, is logged (at debug level for bad input) and the enqueue or the job goe
 from __future__ import annotations
 
 import importlib.util
-import re
 from collections.abc import Sequence
 from contextlib import AbstractContextManager, nullcontext
 from types import ModuleType
@@ -31,8 +30,6 @@ from django_jobs.decision import Happened
 if TYPE_CHECKING:
     from django_jobs.transitions import Claim
 
-#: A W3C ``traceparent`` (version-trace id-span id-flags): the only one a job's context may hold.
-TRACEPARENT = re.compile(r"\A[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}\Z")
 #: The endings recorded as an error on the execution's span.
 _FAILED = frozenset({Happened.RETRYABLE, Happened.PERMANENT, Happened.OUTAGE, Happened.UNSTORABLE})
 
@@ -68,14 +65,6 @@ def enabled() -> bool:
         return False
     made = spans()
     return made is not None and bool(made.configured())
-
-
-def trace_id_of(stored: object) -> str | None:
-    """The trace id of a job's stored context (its column's value), None if it holds none."""
-    traceparent = stored.get("traceparent") if isinstance(stored, dict) else None
-    if not isinstance(traceparent, str) or not TRACEPARENT.match(traceparent):
-        return None
-    return traceparent.split("-")[1]
 
 
 def attach_contexts(claims: Sequence[Claim]) -> None:
