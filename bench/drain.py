@@ -201,6 +201,17 @@ def drain(
     return result
 
 
+def steady_rate(r: dict[str, Any]) -> float:
+    """A drain's steady rate, for a bench that computes with it: a backlog that drained before
+    the second count has none, and that is the bench's input to correct, not a figure."""
+    if r["jobs_per_s"] is None:
+        raise SystemExit(
+            f"the backlog drained within {r['steady_s']} s of the first job starting, before a"
+            " second count: too few jobs to time a steady rate; give a larger N"
+        )
+    return float(r["jobs_per_s"])
+
+
 def describe(r: dict[str, Any]) -> str:
     claim = "/".join(str(r[k]) for k in CLAIM_KEYS)
     return (

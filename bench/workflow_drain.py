@@ -100,6 +100,7 @@ def main() -> None:
         for rep in range(args.reps):
             for kind in ("plain", "group"):
                 r = one(kind, args.n, workers, url)
+                harness.steady_rate(r)
                 runs[kind].append(r)
                 print(
                     f"workers={workers} rep {rep + 1} {kind}: drain {r['jobs_per_s']} jobs/s,"

@@ -171,6 +171,13 @@ if env("TRACE_SPANS_FILE", default=None):
 
     trace_to(env("TRACE_SPANS_FILE"))
 
+# OpenTelemetry metrics in a process of the gauge tests: each export to this file
+# (testproject/metric_file.py).
+if env("OTEL_METRICS_FILE", default=None):
+    from testproject.metric_file import meter_to
+
+    meter_to(env("OTEL_METRICS_FILE"))
+
 # Sentry in a worker process of the error-tracking tests (testproject/sentry_file.py): events to
 # this file, and the example shop's receivers connected (testproject/shop/apps.py).
 SENTRY_EVENTS_FILE = env("SENTRY_EVENTS_FILE", default=None)

@@ -120,6 +120,27 @@ def otel_recorder() -> Recorder | None:
     return otel_metrics.recorder()
 
 
+def observe_queues_through_otel() -> str | None:
+    """Register the per-queue gauges with OpenTelemetry's meter provider, for the one process
+    of a deployment asked to (``--otel-queue-gauges``): what stands in the way, in words, or
+    None once they are registered."""
+    global OTEL_AVAILABLE
+    if OTEL_AVAILABLE:
+        try:
+            from django_jobs.observe import otel_metrics
+        except ImportError:
+            OTEL_AVAILABLE = False
+    if not OTEL_AVAILABLE:
+        return "needs opentelemetry-api: pip install 'django-jobs-pg[otel]'"
+    if not otel_metrics.configured():
+        return (
+            "needs a meter provider, set before the command runs: by opentelemetry-instrument, or"
+            " in the settings (docs/operations.md, \"Metrics through OpenTelemetry\")"
+        )
+    otel_metrics.observe_queues()
+    return None
+
+
 def enqueued(jobs: Iterable[tuple[str, str]]) -> None:
     """Count created jobs, given as (type, queue) pairs, with Prometheus and with OpenTelemetry
     where each is there (an attribute check without either extra)."""

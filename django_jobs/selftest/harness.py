@@ -3,8 +3,9 @@ and one way of waiting (``Harness.until``), which is also the run's reaper.
 
 The run is its own queue's reaper: while it waits for anything, it recovers the expired leases
 of its queue, and of no other (its workers run no reaper pass, which would act on every
-queue). A wait that does not end gives up after ``Plan.patience`` and says what it waited for;
-a worker that exits when the run did not stop it fails the run with its last lines.
+queue). A wait that does not end gives up after ``Plan.patience`` and says what it waited for, with
+the last lines of the workers still serving; a worker that exits when the run did not stop it
+fails the run with its last lines.
 """
 
 from __future__ import annotations
@@ -83,8 +84,20 @@ class Harness:
                         f"{what}; its last lines:\n{worker.tail()}"
                     )
             if time.monotonic() > deadline:
-                raise GuaranteeBroken(f"gave up after {self.plan.patience:.0f} s waiting for {what}")
+                raise GuaranteeBroken(
+                    f"gave up after {self.plan.patience:.0f} s waiting for {what}{self._last_lines()}"
+                )
             time.sleep(POLL)
+
+    def _last_lines(self) -> str:
+        """The last lines of each worker that should still be serving: what it was doing when
+        the run gave up (stuck connecting, importing, or waiting for a lock) is usually there."""
+        told = []
+        for worker in self.workers.values():
+            if worker.state in ("running", "stopping"):
+                tail = worker.tail(lines=10) or "(no output yet)"
+                told.append(f"\n{worker.label}, {worker.state}; its last lines:\n{tail}")
+        return "".join(told)
 
     @staticmethod
     def all_finished(ids: list[int]) -> bool:

@@ -8,12 +8,15 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from django.core.management import CommandError, call_command
 from opentelemetry.metrics import _internal as metrics_internal
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.util._once import Once
 
 from django_jobs import enqueue
+from django_jobs.models import Job
+from django_jobs.states import JobStatus
 from django_jobs.observe import metrics
 from django_jobs.observe.otel_metrics import observe_queues
 from django_jobs.testing import run_jobs
@@ -91,3 +94,19 @@ def test_the_queues_gauges_read_the_dashboards_figures(reader: InMemoryMetricRea
     assert {name for name in found if name.startswith("django_jobs.queue.")} >= {
         "django_jobs.queue.running", "django_jobs.queue.failed", "django_jobs.queue.oldest_due_seconds",
     }  # fmt: skip
+
+
+def test_the_commands_refuse_queue_gauges_without_a_meter_provider_and_run_nothing() -> None:
+    job = enqueue("test.noop", {})
+    for command in (["runjobs", "--burst"], ["reapjobs", "--loop"]):
+        with pytest.raises(CommandError, match="--otel-queue-gauges needs a meter provider, set before"):
+            call_command(*command, "--otel-queue-gauges")
+    assert Job.objects.get(id=job.id).status == JobStatus.PENDING
+
+
+def test_the_commands_refuse_queue_gauges_where_they_cannot_be_reported(reader: InMemoryMetricReader) -> None:
+    with pytest.raises(CommandError, match="needs --loop: a single pass ends before any export"):
+        call_command("reapjobs", "--otel-queue-gauges")
+    with pytest.raises(CommandError, match="--otel-queue-gauges or --metrics-port"):
+        call_command("runjobs", "--burst", "--otel-queue-gauges", "--metrics-port", "0")
+    assert reader.get_metrics_data() is None  # no gauge registered, nothing recorded

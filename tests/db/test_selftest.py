@@ -7,7 +7,9 @@ from __future__ import annotations
 import os
 import socket
 import subprocess
+import sys
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
@@ -18,8 +20,9 @@ from django_jobs import enqueue, pause_queue
 from django_jobs.maintenance import rescuer
 from django_jobs.models import Job, JobEvent, LiveWorker, ProcessedEffect
 from django_jobs.registry import JobType, registry
-from django_jobs.selftest import cleanup, lock, preflight
+from django_jobs.selftest import cleanup, lock, preflight, processes
 from django_jobs.selftest import jobs as selftest_jobs
+from django_jobs.selftest.harness import GuaranteeBroken, Harness, Plan
 from django_jobs.selftest.jobs import EFFECT, RUN, TYPES, applied_key, effect_key, worker_id
 from django_jobs.states import JobStatus
 from django_jobs.transitions import removal
@@ -170,3 +173,36 @@ def test_clean_is_refused_while_the_run_holding_the_queue_still_runs_on_this_hos
         assert not lock.runs_here(marker)
     call_command("jobsselftest", "--clean", "--queue", QUEUE)
     assert not Job.objects.exists()
+
+
+@dataclass(frozen=True)
+class HastyPlan(Plan):
+    @property
+    def patience(self) -> float:
+        return 1.0
+
+
+#: A worker that never comes up: it says where it is stuck, and waits there.
+STUCK_WORKER = (
+    "import sys, time\n"
+    "print('connecting to the database at 10.255.0.1:5432 ...', flush=True)\n"
+    "time.sleep(60)\n"
+)
+
+
+def test_a_worker_that_never_starts_is_given_up_on_with_what_it_last_said(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(processes, "launcher", lambda: [sys.executable, "-c", STUCK_WORKER])
+    harness = Harness(HastyPlan(queue=QUEUE), say=lambda line: None)
+    try:
+        with pytest.raises(GuaranteeBroken) as given_up:
+            harness.start("C")
+    finally:
+        harness.discard_workers()
+    told = str(given_up.value)
+    assert told.startswith("gave up after 1 s waiting for worker C to start")
+    worker = harness.workers["C"]
+    assert f"{worker.label}, running; its last lines:" in told
+    assert told.endswith("connecting to the database at 10.255.0.1:5432 ...")
+    assert worker.exited() is not None  # discarded: nothing of the run is left running

@@ -6,11 +6,12 @@ import signal
 import threading
 from typing import Any
 
-from django.core.management.base import BaseCommand
+from django.core.management.base import BaseCommand, CommandError
 
 from django_jobs.maintenance import reaper
 from django_jobs.management import pooling
 from django_jobs.management.arguments import non_negative_float
+from django_jobs.observe import metrics
 from django_jobs.runtime import connectivity
 from django_jobs.schema import require_migrated
 
@@ -30,10 +31,20 @@ class Command(BaseCommand):
             "status and why (one line per pass that did something, with --loop).",
         )  # fmt: skip
 
+        parser.add_argument(
+            "--otel-queue-gauges", action="store_true",
+            help="With --loop: report the per-queue gauges through OpenTelemetry's meter provider "
+            "(one process of the deployment, as each reads the database at every export).",
+        )  # fmt: skip
+
     def handle(self, *args: Any, **options: Any) -> None:
+        if options["otel_queue_gauges"] and not options["loop"]:
+            raise CommandError("--otel-queue-gauges needs --loop: a single pass ends before any export")
         connectivity.apply_connection_options()  # a dead peer is noticed in seconds
         require_migrated()
         pooling.look_for_poolers()
+        if options["otel_queue_gauges"] and (why_not := metrics.observe_queues_through_otel()):
+            raise CommandError(f"--otel-queue-gauges {why_not}")
         as_json = options["json"]
         if not options["loop"]:
             result = reaper.run_once()

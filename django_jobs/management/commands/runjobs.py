@@ -122,6 +122,12 @@ class Command(BaseCommand):
             "DJANGO_JOBS['METRICS_TOKEN'] set: /metrics then asks for it as a bearer token.",
         )
         parser.add_argument(
+            "--otel-queue-gauges",
+            action="store_true",
+            help="Report the per-queue gauges through OpenTelemetry's meter provider. Give it to "
+            "one process of the deployment: each that does reads the database at every export.",
+        )
+        parser.add_argument(
             "--health-file",
             default=None,
             metavar="PATH",
@@ -152,6 +158,11 @@ class Command(BaseCommand):
         if not registry.names():
             raise CommandError("no job types are registered: is the app with your jobs.py installed?")
         queues, slots, workers = self._queues(options["queues"] or [], options["concurrency"])
+        if options["otel_queue_gauges"]:
+            if options["metrics_port"] is not None:
+                raise CommandError("--otel-queue-gauges or --metrics-port: a worker reports through one of them")
+            if why_not := metrics.observe_queues_through_otel():
+                raise CommandError(f"--otel-queue-gauges {why_not}")
         server, health_file = self._probes(options)
         worker = Worker(
             queues=queues,
