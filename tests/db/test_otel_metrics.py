@@ -16,9 +16,9 @@ from opentelemetry.util._once import Once
 
 from django_jobs import enqueue
 from django_jobs.models import Job
-from django_jobs.states import JobStatus
 from django_jobs.observe import metrics
 from django_jobs.observe.otel_metrics import observe_queues
+from django_jobs.states import JobStatus
 from django_jobs.testing import run_jobs
 
 pytestmark = pytest.mark.django_db(transaction=True)

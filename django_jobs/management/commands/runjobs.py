@@ -160,7 +160,7 @@ class Command(BaseCommand):
         queues, slots, workers = self._queues(options["queues"] or [], options["concurrency"])
         if options["otel_queue_gauges"]:
             if options["metrics_port"] is not None:
-                raise CommandError("--otel-queue-gauges or --metrics-port: a worker reports through one of them")
+                raise CommandError("--otel-queue-gauges or --metrics-port: a worker reports through one")
             if why_not := metrics.observe_queues_through_otel():
                 raise CommandError(f"--otel-queue-gauges {why_not}")
         server, health_file = self._probes(options)
