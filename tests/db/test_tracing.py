@@ -13,6 +13,7 @@ import time
 from typing import Any
 
 import pytest
+from django.test import Client
 from opentelemetry import baggage, context, trace
 from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -115,6 +116,35 @@ def test_each_attempt_is_a_child_of_the_enqueue_and_the_handler_nests_under_it(
     assert sorted(s.parent.span_id for s in handler_spans if s.parent) == sorted(
         [first.context.span_id, second.context.span_id]
     )
+
+
+def test_a_request_through_djangos_own_instrumentation_is_the_trace_of_the_job_it_enqueued(
+    exported: InMemorySpanExporter,
+) -> None:
+    """The example shop's checkout view (testproject/shop/views.py) under
+    opentelemetry-instrumentation-django, the span opentelemetry-instrument gives a request:
+    the enqueue inside the view's transaction is its child, and the job's execution, run
+    later by a worker, is in the request's trace."""
+    from opentelemetry.instrumentation.django import DjangoInstrumentor
+
+    instrumentor = DjangoInstrumentor()
+    instrumentor.instrument()
+    try:
+        response = Client().post("/shop/checkout/", {"amount_cents": 1250})
+    finally:
+        instrumentor.uninstrument()
+    assert response.status_code == 201, response.content
+    job = Job.objects.get(type="shop.charge_order")
+    assert _run_until_done(job).status == JobStatus.COMPLETED
+
+    (request,) = [s for s in exported.get_finished_spans() if s.kind is SpanKind.SERVER]
+    assert request.attributes is not None and request.attributes["http.route"] == "shop/checkout/"
+    (send,) = named(exported, "send default")
+    assert send.parent is not None and send.parent.span_id == request.context.span_id
+    (execution,) = named(exported, "process default")
+    assert execution.context.trace_id == request.context.trace_id
+    assert execution.parent is not None and execution.parent.span_id == send.context.span_id
+    assert execution.attributes is not None and execution.attributes["messaging.message.id"] == str(job.id)
 
 
 @pytest.mark.parametrize("where", ["console", "python"])
