@@ -3,9 +3,9 @@ and one way of waiting (``Harness.until``), which is also the run's reaper.
 
 The run is its own queue's reaper: while it waits for anything, it recovers the expired leases
 of its queue, and of no other (its workers run no reaper pass, which would act on every
-queue). A wait that does not end gives up after ``Plan.patience`` and says what it waited for, with
-the last lines of the workers still serving; a worker that exits when the run did not stop it
-fails the run with its last lines.
+queue). A wait that does not end gives up after ``Plan.patience`` and says what it waited
+for, with the last lines of the workers still serving; a worker that exits when the run did
+not stop it fails the run with its last lines.
 """
 
 from __future__ import annotations

@@ -30,7 +30,6 @@ class Command(BaseCommand):
             help="Report what each pass did as JSON, job by job: id, type, lost execution, new "
             "status and why (one line per pass that did something, with --loop).",
         )  # fmt: skip
-
         parser.add_argument(
             "--otel-queue-gauges", action="store_true",
             help="With --loop: report the per-queue gauges through OpenTelemetry's meter provider "
