@@ -125,9 +125,11 @@ def run(
             )
     if finished.happened is None:
         # The job was taken over: its state belongs to the new owner, and the guarded write
-        # would be refused anyway.
+        # would be refused anyway. Worded as the writer words a refused write: either way the
+        # outcome of this execution is dropped, and an operator greps for one line.
         logger.warning(
-            "lease lost id=%s execution=%s type=%s", claim.id, claim.execution_id, claim.type,
+            "outcome discarded, lease lost id=%s execution=%s type=%s",
+            claim.id, claim.execution_id, claim.type,
             extra=logs.claim_fields(claim, lease.worker_id),
         )  # fmt: skip
         return finished

@@ -69,7 +69,8 @@ def test_every_line_about_a_job_names_its_job_execution_and_attempt(json_lines: 
             ).exists()
         )
         assert [r.id for r in reaper.recover_jobs()] == [lost.id]
-        wait_for(lambda: '"logger": "django_jobs.executor", "message": "lease lost' in json_lines.getvalue())
+        discarded = '"logger": "django_jobs.executor", "message": "outcome discarded, lease lost'
+        wait_for(lambda: discarded in json_lines.getvalue())
         wait_for(lambda: not Job.objects.filter(status__in=ACTIVE_STATUSES).exists())
 
     entries = [json.loads(line) for line in json_lines.getvalue().splitlines()]
@@ -107,7 +108,7 @@ def test_every_line_about_a_job_names_its_job_execution_and_attempt(json_lines: 
     assert lines(jobs["permanent"], "job failed")[0]["level"] == "WARNING"
     assert lines(jobs["cancelled"], "job cancelled")[0]["job_queue"] == "reports"
     (recovered,) = lines(lost, "job recovered")
-    lease_lost = lines(lost, "lease lost")
+    lease_lost = lines(lost, "lease lost") + lines(lost, "outcome discarded, lease lost")
     assert {e["logger"] for e in lease_lost} >= {"django_jobs.executor"}
     assert recovered["logger"] == "django_jobs.reaper" and recovered["job_attempt"] == 1
     assert {e["execution_id"] for e in lease_lost} == {recovered["execution_id"]}
