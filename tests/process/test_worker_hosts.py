@@ -229,13 +229,25 @@ def test_a_host_cut_off_holding_running_jobs_is_taken_over_and_comes_back_withou
     assert while_cut >= 0.7 * before, "the healthy hosts must keep their throughput"
 
 
+#: The slowed host's lease. A heartbeat turn that reports the worker asks the database about 9
+#: times in a row (the lease UPDATE, the live-worker row and the restore look's transaction):
+#: 1.8 s at 200 ms a round trip, and a stalled chunk adds up to 1 s more. A 3 s lease leaves
+#: about one stall of margin, and a lease that runs out under a worker that still runs is a
+#: second execution (fenced, its effect still once), which this test counts as a failure. The
+#: defaults (60 s leases, a turn every 10 s) leave minutes.
+SLOWED_LEASE = 6.0
+
+
 def test_latency_and_loss_to_one_host_lose_no_job_run_none_twice_and_spare_the_others(
     site: Site, run: Run
 ) -> None:
     slow, *healthy = site.hosts.hosts
     proxy = LossyProxy(slow.links[0].db_ip, ("127.0.0.1", site.cluster.port), seed=1).start()
     run.proxies.append(proxy)
-    run.start(slow, "--concurrency", str(CONCURRENCY), url=slow.url(site.cluster, port=proxy.port))
+    run.start(
+        slow, "--concurrency", str(CONCURRENCY), url=slow.url(site.cluster, port=proxy.port),
+        DJANGO_JOBS_LEASE_TIMEOUT=str(SLOWED_LEASE),
+    )  # fmt: skip
     for host in healthy:
         run.start(host, "--concurrency", str(CONCURRENCY))
     run.feed_every_host(PAUSE)
