@@ -25,7 +25,6 @@ It prints p50/p99/max per scenario and p99 as a multiple of the reference's.
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import sys
 import time
@@ -36,7 +35,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from drain import BENCH_DB, bench_url, recreate_database  # noqa: E402
+from drain import BENCH_DB, fresh_bench_database  # noqa: E402
 
 CLAIMABLE = 10_000
 # Columns every row gets; the scenarios vary type, version, status and available_at. Older
@@ -97,17 +96,11 @@ def main() -> None:
         "--big", type=int, default=1_000_000, help="rows in the big backlogs (default 1,000,000)"
     )
     parser.add_argument("--claims", type=int, default=100, help="claims of 100 per scenario (default 100)")
-    parser.add_argument("--only", nargs="*", default=None, help="scenario names to run (default: all)")
+    parser.add_argument(
+        "--only", nargs="*", default=None, choices=list(SCENARIOS), help="scenarios to run (default: all)"
+    )
     args = parser.parse_args()
-    url = bench_url()
-    recreate_database(url)
-    os.environ.update(DATABASE_URL=url, DJANGO_SETTINGS_MODULE="testproject.settings")
-    os.environ.pop("DEBUG", None)
-    import django
-    from django.core.management import call_command
-
-    django.setup()
-    call_command("migrate", verbosity=0)
+    url = fresh_bench_database()
     where = urllib.parse.urlsplit(url)
     print(f"database {where.hostname}:{where.port}/{BENCH_DB}, {args.claims} claims of 100 per scenario")
     reference: float | None = None

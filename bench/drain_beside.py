@@ -44,7 +44,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shlex
 import statistics
 import sys
@@ -56,7 +55,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from drain import BENCH_DB, bench_url, drain, recreate_database  # noqa: E402
+from drain import BENCH_DB, drain, fresh_bench_database  # noqa: E402
 
 GOAL = 0.83
 # `g * 1 µs` keeps the rows of one fill in insertion order in the claim order.
@@ -194,17 +193,9 @@ def main() -> None:
     add("--json", action="store_true", help="print a JSON line of the results at the end")
     args = parser.parse_args()
 
-    url = bench_url()
-    recreate_database(url)
-    os.environ.update(DATABASE_URL=url, DJANGO_SETTINGS_MODULE="testproject.settings")
-    os.environ.pop("DEBUG", None)
-    import django
-    from django.core.management import call_command
-
-    django.setup()
+    url = fresh_bench_database()
     from django_jobs.conf import jobs_settings
 
-    call_command("migrate", verbosity=0)
     where = urllib.parse.urlsplit(url)
     print("$ " + shlex.join([sys.executable, *sys.argv]))
     print(

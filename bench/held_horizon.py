@@ -41,7 +41,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from drain import BENCH_DB, bench_url, libpq_url, recreate_database  # noqa: E402
+from drain import BENCH_DB, fresh_bench_database, libpq_url  # noqa: E402
 
 PIN_TABLE = "bench_horizon_pin"  # not a job table: the snapshot must not lock what workers write
 UNPINNED_WINDOW = 20.0  # the last seconds of the warm-up that are compared
@@ -358,15 +358,7 @@ def main() -> None:
         produce(args.rate, args.offset)
         return
 
-    url = bench_url()
-    recreate_database(url)
-    os.environ.update(DATABASE_URL=url, DJANGO_SETTINGS_MODULE="testproject.settings")
-    os.environ.pop("DEBUG", None)
-    import django
-    from django.core.management import call_command
-
-    django.setup()
-    call_command("migrate", verbosity=0)
+    url = fresh_bench_database()
     where = urllib.parse.urlsplit(url)
     print("$ " + shlex.join([sys.executable, *sys.argv]))
     print(
