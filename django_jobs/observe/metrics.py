@@ -24,6 +24,7 @@ from __future__ import annotations
 import importlib.util
 import threading
 from collections.abc import Iterable
+from types import ModuleType
 from typing import TYPE_CHECKING, Protocol
 
 from django_jobs.observe.counters import RUN_BUCKETS as RUN_BUCKETS  # re-exported: the face of the metrics
@@ -106,31 +107,33 @@ def recorder() -> Metrics | None:
     return _metrics
 
 
-def otel_recorder() -> Recorder | None:
-    """The event metrics of OpenTelemetry's meter provider, or None while none is set (or
-    opentelemetry-api is not installed)."""
+def _otel_metrics() -> ModuleType | None:
+    """``observe.otel_metrics``, or None without opentelemetry-api (a broken installation turns
+    it off, as a missing one does)."""
     global OTEL_AVAILABLE
     if not OTEL_AVAILABLE:
         return None
     try:
         from django_jobs.observe import otel_metrics
-    except ImportError:  # a broken installation turns them off, as a missing one does
+    except ImportError:
         OTEL_AVAILABLE = False
         return None
-    return otel_metrics.recorder()
+    return otel_metrics
+
+
+def otel_recorder() -> Recorder | None:
+    """The event metrics of OpenTelemetry's meter provider, or None while none is set (or
+    opentelemetry-api is not installed)."""
+    otel_metrics = _otel_metrics()
+    return None if otel_metrics is None else otel_metrics.recorder()
 
 
 def observe_queues_through_otel() -> str | None:
     """Register the per-queue gauges with OpenTelemetry's meter provider, for the one process
     of a deployment asked to (``--otel-queue-gauges``): what stands in the way, in words, or
     None once they are registered."""
-    global OTEL_AVAILABLE
-    if OTEL_AVAILABLE:
-        try:
-            from django_jobs.observe import otel_metrics
-        except ImportError:
-            OTEL_AVAILABLE = False
-    if not OTEL_AVAILABLE:
+    otel_metrics = _otel_metrics()
+    if otel_metrics is None:
         return "needs opentelemetry-api: pip install 'django-jobs-pg[otel]'"
     if not otel_metrics.configured():
         return (
