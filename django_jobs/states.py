@@ -9,7 +9,8 @@ Who moves a job in and out of each status (docs/lifecycle.md has the diagram):
   back unstarted is such a write too), or by the reaper when the lease goes stale. Where it goes
   is decided by ``django_jobs.decision.decide``.
 - ``completed``, ``skipped``, ``failed``, ``cancelled``: terminal for workers. Only an operator
-  (manual retry) takes ``failed`` or ``cancelled`` back to ``pending``.
+  (manual retry) takes ``failed`` or ``cancelled`` back to ``pending``, or, for a workflow's
+  step while a job it waits for has not ended, to ``waiting``.
 - ``waiting``: a step of a workflow (``django_jobs.workflows``) born waiting for the jobs before
   it. When the last of them ends, the same transaction makes it ``pending`` (its condition
   holds: they completed, or its workflow runs on after a failure) or ``cancelled`` (it does
@@ -73,11 +74,15 @@ TRANSITIONS: dict[str, frozenset[str]] = {
             JobStatus.NEEDS_REVIEW,
         }
     ),
-    JobStatus.FAILED: frozenset({JobStatus.PENDING}),
+    # → waiting: an operator's retry of a workflow's step while a job it waits for has not
+    # ended (it becomes due when they have).
+    JobStatus.FAILED: frozenset({JobStatus.PENDING, JobStatus.WAITING}),
     # → waiting: a step its workflow stopped, resumed by an operator's retry of the job that
-    # stopped it.
+    # stopped it; or an operator's retry of a step, as from failed.
     JobStatus.CANCELLED: frozenset({JobStatus.PENDING, JobStatus.WAITING}),
-    JobStatus.NEEDS_REVIEW: frozenset({JobStatus.PENDING, JobStatus.COMPLETED, JobStatus.FAILED}),
+    JobStatus.NEEDS_REVIEW: frozenset(
+        {JobStatus.PENDING, JobStatus.WAITING, JobStatus.COMPLETED, JobStatus.FAILED}
+    ),
     JobStatus.COMPLETED: frozenset(),
     JobStatus.SKIPPED: frozenset(),
 }

@@ -264,7 +264,8 @@ ARROWS = {
     ("transitions/outcomes.py", "_WRITE_OUTCOMES"): "o.status",
     ("transitions/recovery.py", "_RECOVER"): "d.status",
     ("transitions/operator.py", "_CANCEL_PENDING"): "'cancelled'",
-    ("transitions/operator.py", "_MANUAL_RETRY"): "'pending'",
+    # Pending, or waiting for a workflow's step whose barrier is closed (its gate's).
+    ("transitions/manual_retry.py", "_MANUAL_RETRY"): "CASE",
     ("transitions/operator.py", "_RESOLVE"): "%(to)s",
     # A workflow's jobs are born pending or waiting; an operator cancels what has not started.
     ("transitions/workflows.py", "_INSERT_MEMBERS"): "r.status",

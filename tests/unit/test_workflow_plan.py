@@ -53,9 +53,10 @@ def test_the_table_is_complete_and_every_way_out_of_waiting_is_an_arrow() -> Non
     # Out of waiting: due (pending) or cancelled (stopped, or by an operator); nothing else. A
     # waiting job never runs, completes or fails without becoming pending first.
     assert TRANSITIONS[JobStatus.WAITING] == {JobStatus.PENDING, JobStatus.CANCELLED}
-    # Into waiting: born so, or a stopped step resumed (cancelled → waiting) by a retry.
+    # Into waiting: born so, a stopped step resumed (cancelled → waiting) by a retry, or an
+    # operator's retry of a step (from any status a retry leaves) while its barrier is closed.
     into = {source for source, targets in TRANSITIONS.items() if JobStatus.WAITING in targets}
-    assert into == {JobStatus.CANCELLED}
+    assert into == {JobStatus.CANCELLED, JobStatus.FAILED, JobStatus.NEEDS_REVIEW}
     assert JobStatus.WAITING not in ENDED_STATUSES
 
 
