@@ -75,9 +75,10 @@ def prune_workflows(retention: dict[str, float | None], after: int, limit: int) 
     for ever): their jobs with their events and marks, their steps, barriers and row. A batch
     looks at ``10 * limit`` workflows at most, pruned or kept."""
     statuses = sorted(retention)
+    keeps = [retention[status] for status in statuses]
     params: dict[str, Any] = {
         "statuses": statuses,
-        "keeps": [retention[status] for status in statuses],
+        "keeps": [None if keep is None else float(keep) for keep in keeps],  # one type: float8[]
         "after": after,
         "span": limit * 10,
         "limit": limit,
