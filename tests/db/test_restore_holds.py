@@ -23,6 +23,7 @@ from django_jobs.decision import Happened
 from django_jobs.maintenance.rescuer import recover
 from django_jobs.models import DatabaseIdentity, Job, JobEvent, RestoreHold
 from django_jobs.restoring import Seen
+from django_jobs.runtime.pool import Held
 from django_jobs.runtime.restore_watch import RECHECK
 from django_jobs.runtime.worker import Worker
 from django_jobs.states import JobStatus
@@ -167,8 +168,8 @@ def test_a_job_claimed_before_the_hold_opened_is_given_back_unstarted() -> None:
     claimed = claim(worker._producer.statement, 10)
     assert [c.id for c in claimed] == [outside.id]
     restore_holds.declare(actor="ops", reason="restored last night's backup")
-    # Before the heartbeat's next look: the execution asks the database itself.
-    finished = worker._execute(claimed[0], worker._producer.lease_for(claimed[0]))
+    # Before the heartbeat's next look: the slot asks the database itself, before it starts it.
+    finished = worker._pool._start(0, Held(claimed[0], worker._producer.lease_for(claimed[0])))
     assert finished.happened is Happened.NOT_STARTED
     assert worker._restore_watch.held  # and the worker's claims leave such jobs alone from now on
 
