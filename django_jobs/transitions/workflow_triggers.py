@@ -37,8 +37,13 @@ _FAILED = ", ".join(f"'{status}'" for status in sorted(ENDED_STATUSES - SUCCEEDE
 
 # The steps waiting on a barrier whose jobs have all ended: due if their condition holds, else
 # stopped with the reason. ``why`` names the job that failed, when one job was waited for.
+#
+# A step a restore hold's release settled (code RESTORED) may have run after the restore point:
+# due, it asks its type's reconcile first, as a pending job so marked does; one whose type cannot
+# ask (the release set its ``on_lost`` to needs_review) is parked for review instead, never run
+# blind. Replaced by migration 0025 on databases migrated before.
 _OPEN = f"""
-CREATE FUNCTION django_jobs_barrier_open(barrier bigint, any_failed boolean, last_job bigint)
+CREATE OR REPLACE FUNCTION django_jobs_barrier_open(barrier bigint, any_failed boolean, last_job bigint)
 RETURNS void LANGUAGE plpgsql AS $$
 DECLARE
     why text;
@@ -62,12 +67,13 @@ BEGIN
         FROM django_jobs_workflowstep s WHERE s.waits_on_id = barrier
     ), due AS (
         UPDATE django_jobs_job j SET
-            status = 'pending',
+            status = CASE WHEN j.last_error_code = 'RESTORED' AND j.on_lost = 'needs_review'
+                          THEN 'needs_review' ELSE 'pending' END,
             available_at = greatest(j.available_at, now() + make_interval(secs => w.delay)),
             ready = greatest(j.available_at, now() + make_interval(secs => w.delay)) <= now()
         FROM waiting w
         WHERE j.id = w.job_id AND w.runs AND j.status = 'waiting'
-        RETURNING j.id, j.attempts
+        RETURNING j.id, j.attempts, j.status, j.last_error_code, j.last_error
     ), stopped AS (
         UPDATE django_jobs_job j SET
             status = 'cancelled', finished_at = now(), last_error_code = 'WORKFLOW_STOPPED',
@@ -79,13 +85,19 @@ BEGIN
     ), marked AS (
         UPDATE django_jobs_workflowstep s SET stopped = true FROM stopped WHERE s.job_id = stopped.id
     )
-    INSERT INTO django_jobs_jobevent (job_id, kind, from_status, to_status, attempt, actor, reason)
-    SELECT id, 'due', 'waiting', 'pending', attempts, 'workflow',
+    INSERT INTO django_jobs_jobevent
+        (job_id, kind, from_status, to_status, attempt, error_code, error, actor, reason)
+    SELECT id, CASE WHEN status = 'needs_review' THEN 'needs_review' ELSE 'due' END, 'waiting', status,
+           attempts,
+           CASE WHEN status = 'needs_review' THEN last_error_code END,
+           CASE WHEN status = 'needs_review' THEN last_error END,
+           'workflow',
            CASE WHEN any_failed THEN 'the jobs it waited for ended: ' || why
                 ELSE 'the jobs it waited for ended' END
     FROM due
     UNION ALL
-    SELECT id, 'stopped', 'waiting', 'cancelled', attempts, 'workflow', last_error FROM stopped;
+    SELECT id, 'stopped', 'waiting', 'cancelled', attempts, NULL, NULL, 'workflow', last_error
+    FROM stopped;
 END
 $$;
 """
@@ -188,6 +200,8 @@ EXECUTE FUNCTION django_jobs_leaf_emptied();
 
 #: What migration 0020 installs, and what it drops going back.
 INSTALL_TRIGGERS = _OPEN + _REOPENED + _MEMBER_MOVED + _LEAF_EMPTIED
+#: What migration 0025 installs: the barrier's opening as it is now.
+OPEN_BARRIER = _OPEN
 DROP_TRIGGERS = """
 DROP TRIGGER IF EXISTS django_jobs_leaf_emptied ON django_jobs_barrier;
 DROP TRIGGER IF EXISTS django_jobs_member_moved ON django_jobs_job;

@@ -207,7 +207,9 @@ def test_declare_and_release_are_recorded_with_who_and_why() -> None:
     assert released.hold_id == hold_id
     hold.refresh_from_db()
     assert (hold.released_by, hold.release_reason) == ("lead", "providers checked") and hold.released_at
-    assert hold.settled == {"to_reconcile": 0, "to_review": 0, "running": 0, "done": 0, "not_done": 0}
+    assert hold.settled == {
+        "to_reconcile": 0, "to_review": 0, "running": 0, "done": 0, "not_done": 0, "waiting": 0,
+    }  # fmt: skip
     with pytest.raises(ActionRefused, match="no restore hold is open"):
         restore_holds.release(actor="lead", reason="twice")
     assert RestoreHold.objects.count() == 1
@@ -238,7 +240,7 @@ def test_release_settles_the_jobs_the_hold_kept_and_nothing_else(tmp_path: Path)
 
     assert released.settled == restore_release.Settled(to_reconcile=1, to_review=1, running=2)
     assert RestoreHold.objects.get(id=hold_id).settled == {
-        "to_reconcile": 1, "to_review": 1, "running": 2, "done": 0, "not_done": 0,
+        "to_reconcile": 1, "to_review": 1, "running": 2, "done": 0, "not_done": 0, "waiting": 0,
     }  # fmt: skip
     rows = {j.id: j for j in Job.objects.all()}
     assert (rows[charge.id].status, rows[charge.id].last_error_code) == ("pending", "RESTORED")
@@ -334,7 +336,7 @@ def test_the_operator_answers_for_jobs_they_checked_with_the_provider() -> None:
     )  # fmt: skip
     assert resolved.details["answer"] == "done" and "provider dashboard checked" in resolved.reason
     assert RestoreHold.objects.get(id=hold_id).settled == {
-        "to_reconcile": 0, "to_review": 1, "running": 0, "done": 1, "not_done": 1,
+        "to_reconcile": 0, "to_review": 1, "running": 0, "done": 1, "not_done": 1, "waiting": 0,
     }  # fmt: skip
 
 
@@ -347,7 +349,7 @@ def test_an_answer_for_a_job_the_hold_does_not_keep_refuses_the_whole_release() 
     cases = [
         ([str(held.id), "999999999"], "no job 999999999"),
         ([str(inside.id)], f"job {inside.id} is not held: its type test.noop acts inside the database"),
-        ([str(running.id)], f"job {running.id} is running, not pending"),
+        ([str(running.id)], f"job {running.id} is running: only a job not started"),
         ([str(later.id)], f"job {later.id} is not held: it was enqueued after restore hold {hold_id} opened"),
     ]
     for ids, message in cases:
