@@ -7,9 +7,11 @@ from __future__ import annotations
 import logging
 import time
 import uuid
+from collections.abc import Iterator
 from datetime import timedelta
 from io import StringIO
 from pathlib import Path
+from typing import Any
 
 import psycopg
 import pytest
@@ -18,10 +20,12 @@ from django.core.management.base import CommandError
 from django.db import connection
 from django.db.models.functions import Now
 
+from django_jobs import JobContext, job
 from django_jobs.console import restore_holds
 from django_jobs.decision import Happened
 from django_jobs.maintenance.rescuer import recover
 from django_jobs.models import DatabaseIdentity, Job, JobEvent, RestoreHold
+from django_jobs.registry import registry
 from django_jobs.restoring import Seen
 from django_jobs.runtime.pool import Held
 from django_jobs.runtime.restore_watch import RECHECK
@@ -456,3 +460,34 @@ def test_checkjobs_names_an_open_hold_as_critical() -> None:
 def test_seen_is_what_the_worker_remembers() -> None:
     found = restore.look(None, "w1")
     assert isinstance(found.seen, Seen) and found.seen.generation == record().generation
+
+
+@pytest.fixture
+def silent_type() -> Iterator[str]:
+    """A type that says nothing of where its effects are (it might call a provider)."""
+
+    @job("test.says_nothing")
+    def says_nothing(ctx: JobContext, payload: dict[str, Any]) -> None:
+        pass
+
+    yield "test.says_nothing"
+    registry.unregister("test.says_nothing")
+
+
+def test_a_type_that_does_not_say_where_its_effects_are_is_held_as_if_external(silent_type: str) -> None:
+    silent = JobFactory(type=silent_type, payload={})
+    inside = JobFactory(type="test.noop")  # declared external=False
+    hold_id = open_hold_after(silent, inside)
+    assert silent_type in restore_holds.outside_types()
+    out = StringIO()
+    call_command("jobsrestore", stdout=out)
+    assert silent_type in out.getvalue() and f"{silent_type}: 1 pending" in out.getvalue()
+    worker = run_worker()
+    assert silent_type in worker._restore_watch.outside
+    assert Job.objects.get(id=inside.id).status == JobStatus.COMPLETED
+    held = Job.objects.get(id=silent.id)
+    assert (held.status, held.attempts) == (JobStatus.PENDING, 0)
+    restore_holds.release(actor="ops", reason="checked: nothing sent after the restore point")
+    # It cannot reconcile: parked for a person, never run blind.
+    assert Job.objects.get(id=silent.id).status == JobStatus.NEEDS_REVIEW
+    assert RestoreHold.objects.get(id=hold_id).settled["to_review"] == 1
