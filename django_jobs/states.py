@@ -59,8 +59,10 @@ KEY_HOLDING_STATUSES: frozenset[str] = ACTIVE_STATUSES | {JobStatus.NEEDS_REVIEW
 #: The arrows of the state machine: source → the statuses it may move to.
 TRANSITIONS: dict[str, frozenset[str]] = {
     # A workflow's step: due when the jobs it waits for ended as it needs, else stopped; or
-    # cancelled by an operator.
-    JobStatus.WAITING: frozenset({JobStatus.PENDING, JobStatus.CANCELLED}),
+    # cancelled by an operator. → needs_review: a step a restore hold's release settled, of a
+    # type that cannot reconcile, as it becomes due; or one the operator found done (then
+    # resolved at once, as a pending one).
+    JobStatus.WAITING: frozenset({JobStatus.PENDING, JobStatus.CANCELLED, JobStatus.NEEDS_REVIEW}),
     # → needs_review: a restore hold's release, for a job whose type cannot reconcile, or that
     # the operator found done (then resolved at once: a pending job never completes unrun).
     JobStatus.PENDING: frozenset({JobStatus.RUNNING, JobStatus.CANCELLED, JobStatus.NEEDS_REVIEW}),

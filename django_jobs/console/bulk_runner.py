@@ -44,7 +44,7 @@ BATCH_IDLE_LIMIT = 10
 _NAP = 0.5
 
 
-@job(RUNNER_TYPE, max_attempts=50)
+@job(RUNNER_TYPE, max_attempts=50, external=False)  # it writes only the job tables
 def carry_out(ctx: JobContext, payload: dict[str, Any]) -> dict[str, Any]:
     operation_id = payload.get("operation")
     if isinstance(operation_id, bool) or not isinstance(operation_id, int) or operation_id < 1:

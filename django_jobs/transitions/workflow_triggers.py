@@ -35,7 +35,7 @@ of retries ends the same in any order: retrying a stopped ``on_success`` before 
 member it waits for, or in the same transaction, leaves it waiting for that member's end.
 
 The functions below are installed by migration 0020 from these texts, and again by migration
-0025 (``FUNCTIONS``). A change to them needs a migration of its own that installs
+0026 (``FUNCTIONS``). A change to them needs a migration of its own that installs
 ``FUNCTIONS`` again on databases already migrated.
 """
 
@@ -49,6 +49,11 @@ _FAILED = ", ".join(f"'{status}'" for status in sorted(ENDED_STATUSES - SUCCEEDE
 
 # The steps waiting on a barrier whose jobs have all ended: due if their condition holds, else
 # stopped with the reason. ``why`` names the job that failed, when one job was waited for.
+#
+# A step a restore hold's release settled (code RESTORED) may have run after the restore point:
+# due, it asks its type's reconcile first, as a pending job so marked does; one whose type cannot
+# ask (the release set its ``on_lost`` to needs_review) is parked for review instead, never run
+# blind. Replaced by migration 0025 on databases migrated before (and 0026: ``FUNCTIONS``).
 _OPEN = f"""
 CREATE OR REPLACE FUNCTION django_jobs_barrier_open(barrier bigint, any_failed boolean, last_job bigint)
 RETURNS void LANGUAGE plpgsql AS $$
@@ -74,12 +79,13 @@ BEGIN
         FROM django_jobs_workflowstep s WHERE s.waits_on_id = barrier
     ), due AS (
         UPDATE django_jobs_job j SET
-            status = 'pending',
+            status = CASE WHEN j.last_error_code = 'RESTORED' AND j.on_lost = 'needs_review'
+                          THEN 'needs_review' ELSE 'pending' END,
             available_at = greatest(j.available_at, now() + make_interval(secs => w.delay)),
             ready = greatest(j.available_at, now() + make_interval(secs => w.delay)) <= now()
         FROM waiting w
         WHERE j.id = w.job_id AND w.runs AND j.status = 'waiting'
-        RETURNING j.id, j.attempts
+        RETURNING j.id, j.attempts, j.status, j.last_error_code, j.last_error
     ), stopped AS (
         UPDATE django_jobs_job j SET
             status = 'cancelled', finished_at = now(), last_error_code = 'WORKFLOW_STOPPED',
@@ -91,13 +97,19 @@ BEGIN
     ), marked AS (
         UPDATE django_jobs_workflowstep s SET stopped = true FROM stopped WHERE s.job_id = stopped.id
     )
-    INSERT INTO django_jobs_jobevent (job_id, kind, from_status, to_status, attempt, actor, reason)
-    SELECT id, 'due', 'waiting', 'pending', attempts, 'workflow',
+    INSERT INTO django_jobs_jobevent
+        (job_id, kind, from_status, to_status, attempt, error_code, error, actor, reason)
+    SELECT id, CASE WHEN status = 'needs_review' THEN 'needs_review' ELSE 'due' END, 'waiting', status,
+           attempts,
+           CASE WHEN status = 'needs_review' THEN last_error_code END,
+           CASE WHEN status = 'needs_review' THEN last_error END,
+           'workflow',
            CASE WHEN any_failed THEN 'the jobs it waited for ended: ' || why
                 ELSE 'the jobs it waited for ended' END
     FROM due
     UNION ALL
-    SELECT id, 'stopped', 'waiting', 'cancelled', attempts, 'workflow', last_error FROM stopped;
+    SELECT id, 'stopped', 'waiting', 'cancelled', attempts, NULL, NULL, 'workflow', last_error
+    FROM stopped;
 END
 $$;
 """
@@ -245,10 +257,12 @@ EXECUTE FUNCTION django_jobs_leaf_emptied();
 """
 
 #: The functions, as they are now: each ``CREATE OR REPLACE``, so a migration that changes one
-#: installs them all again (migration 0025 does).
+#: installs them all again (migration 0026 does).
 FUNCTIONS = _OPEN + _REOPENED + _MEMBER_MOVED + _LEAF_EMPTIED + _STEP_GATE
 #: What migration 0020 installs, and what it drops going back.
 INSTALL_TRIGGERS = FUNCTIONS + _TRIGGERS
+#: What migration 0025 installs: the barrier's opening as it is now.
+OPEN_BARRIER = _OPEN
 DROP_TRIGGERS = """
 DROP TRIGGER IF EXISTS django_jobs_leaf_emptied ON django_jobs_barrier;
 DROP TRIGGER IF EXISTS django_jobs_member_moved ON django_jobs_job;

@@ -21,7 +21,7 @@ from django_jobs.transitions import workflow_triggers
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('django_jobs', '0024_job_trace_context'),
+        ('django_jobs', '0025_restored_steps_wait_then_reconcile_or_review'),
     ]
 
     operations = [
