@@ -511,7 +511,8 @@ def test_declare_and_release_from_the_console_are_audited_and_bad_input_changes_
     assert page.status_code == 302
     hold.refresh_from_db()
     assert (hold.released_by, hold.release_reason) == ("root", "provider checked")
-    assert hold.settled == {"to_reconcile": 1, "to_review": 0, "running": 0, "done": 1, "not_done": 1}
+    settled = {"to_reconcile": 1, "to_review": 0, "running": 0, "waiting": 0, "done": 1, "not_done": 1}
+    assert hold.settled == settled
     statuses = dict(Job.objects.values_list("id", "status"))
     assert [statuses[j.id] for j in (sent, unsent, charge)] == ["completed", "pending", "pending"]
     logged = LogEntry.objects.filter(object_id=str(hold.id), change_message="released: provider checked")
