@@ -196,6 +196,16 @@ def _failure(claim: Claim, exc: BaseException, started: float, worker_id: str | 
     )
 
 
+def failed_outside_the_handler(claim: Claim, exc: BaseException) -> Finished:
+    """How an execution ended that raised around its handler, not in it (``execute()`` never
+    raises; a bug of ours would): a retryable ``UNKNOWN``, whether the handler ran unknown. Its
+    text is stored as a handler's error is, sanitized: a bare ``repr`` may hold a secret."""
+    return Finished(
+        claim, Happened.RETRYABLE, ErrorCode.UNKNOWN, describe(exc), exception=exception_path(exc),
+        marked_call=None,
+    )  # fmt: skip
+
+
 def exception_path(exc: BaseException) -> str:
     """The import path of ``exc``'s class (``builtins.ValueError``, ``myapp.errors.Oops``)."""
     cls = type(exc)

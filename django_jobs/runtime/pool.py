@@ -31,11 +31,9 @@ from django.db import connections
 
 from django_jobs import logs
 from django_jobs.decision import Happened
-from django_jobs.errors import ErrorCode
 from django_jobs.registry import JobType
-from django_jobs.runtime.executor import Finished, exception_path
+from django_jobs.runtime.executor import Finished, failed_outside_the_handler
 from django_jobs.runtime.lease import Lease
-from django_jobs.sanitize import describe
 from django_jobs.transitions import Claim
 
 logger = logging.getLogger("django_jobs.pool")
@@ -283,11 +281,7 @@ class ExecutorPool:
                     logger.exception(
                         "executor error id=%s", held.claim.id, extra=logs.lease_fields(held.lease)
                     )
-                    # Stored as any handler's error is: sanitized (a repr may hold a secret).
-                    finished = Finished(
-                        held.claim, Happened.RETRYABLE, ErrorCode.UNKNOWN, describe(exc),
-                        exception=exception_path(exc), marked_call=None,
-                    )  # fmt: skip
+                    finished = failed_outside_the_handler(held.claim, exc)
                 with self._lock:
                     mine = self._slot_of.get(held.claim.execution_id) == slot
                     if mine:
