@@ -118,6 +118,10 @@ if env("DJANGO_JOBS_COMPLETED_RETENTION", default=None) is not None:
 if env("DJANGO_JOBS_PREFETCH_SECONDS", default=None) is not None:
     DJANGO_JOBS["PREFETCH_SECONDS"] = env.float("DJANGO_JOBS_PREFETCH_SECONDS")
 
+# The project's declared queues, comma-separated (the tests of runjobs --queue against them).
+if env("DJANGO_JOBS_QUEUES", default=None):
+    DJANGO_JOBS["QUEUES"] = env.list("DJANGO_JOBS_QUEUES")
+
 if env("DJANGO_JOBS_NOTIFY", default=None) is not None:
     DJANGO_JOBS["NOTIFY"] = env.bool("DJANGO_JOBS_NOTIFY")
 
