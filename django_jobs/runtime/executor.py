@@ -29,7 +29,7 @@ from typing import Any
 
 from django_jobs import logs
 from django_jobs.decision import Happened, happened_for
-from django_jobs.errors import DATABASE_UNAVAILABLE, RECONCILE_FIRST, ErrorCode, PermanentError
+from django_jobs.errors import DATABASE_UNAVAILABLE, RECONCILE_FIRST, ErrorCode, PermanentError, class_path
 from django_jobs.observe import tracing
 from django_jobs.registry import JobType, Reconciliation, registry
 from django_jobs.results import encode_result
@@ -207,9 +207,9 @@ def failed_outside_the_handler(claim: Claim, exc: BaseException) -> Finished:
 
 
 def exception_path(exc: BaseException) -> str:
-    """The import path of ``exc``'s class (``builtins.ValueError``, ``myapp.errors.Oops``)."""
-    cls = type(exc)
-    return f"{cls.__module__}.{cls.__qualname__}"
+    """The import path of ``exc``'s class (``builtins.ValueError``, ``myapp.errors.Oops``;
+    ``django_jobs.PermanentError`` for a class the package exports)."""
+    return class_path(type(exc))
 
 
 def _caused_by_unreachable_database(exc: BaseException) -> bool:

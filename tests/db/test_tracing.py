@@ -103,7 +103,7 @@ def test_each_attempt_is_a_child_of_the_enqueue_and_the_handler_nests_under_it(
     assert attempts == (1, 2)
     assert first.attributes["django_jobs.outcome"] == "retryable"
     assert first.attributes["django_jobs.error.code"] == "PROVIDER_5XX"
-    assert first.attributes["error.type"] == "django_jobs.errors.RetryableError"
+    assert first.attributes["error.type"] == "django_jobs.RetryableError"
     assert first.status.status_code is StatusCode.ERROR
     described = first.status.description or ""
     assert "hunter2" not in described and "[REDACTED]" in described
