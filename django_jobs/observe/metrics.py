@@ -63,13 +63,16 @@ class Recorder(Protocol):
 _failures_seen: set[str] = set()
 
 
-def _failed(what: str) -> None:
-    """Log a metrics failure (inside an ``except``): at warning the first time, then at debug."""
+def _failed(what: str, exc: Exception) -> None:
+    """Log a metrics failure: at warning the first time, then at debug; its text sanitized as a
+    stored error's is (the user's meter may have had a secret in hand)."""
+    from django_jobs.sanitize import describe
+
     if what in _failures_seen:
-        logger.debug("metrics: %s failed again; not recorded", what, exc_info=True)
+        logger.debug("metrics: %s failed again; not recorded: %s", what, describe(exc))
         return
     _failures_seen.add(what)
-    logger.warning("metrics: %s failed; not recorded, the work goes on", what, exc_info=True)
+    logger.warning("metrics: %s failed; not recorded, the work goes on: %s", what, describe(exc))
 
 
 class Guarded:
@@ -84,8 +87,8 @@ class Guarded:
     def _call(self, hook: Callable[..., None], *args: Any) -> None:
         try:
             hook(*args)
-        except Exception:
-            _failed(f"{type(self.inner).__name__}.{hook.__name__}")
+        except Exception as exc:
+            _failed(f"{type(self.inner).__name__}.{hook.__name__}", exc)
 
     def on_enqueued(self, type_name: str, queue: str, count: int) -> None:
         self._call(self.inner.on_enqueued, type_name, queue, count)
@@ -183,8 +186,8 @@ def otel_recorder() -> Recorder | None:
         return None
     try:  # a provider whose meter or instruments cannot be made records nothing
         made: Recorder | None = otel_metrics.recorder()
-    except Exception:
-        _failed("making the OpenTelemetry instruments")
+    except Exception as exc:
+        _failed("making the OpenTelemetry instruments", exc)
         return None
     return made
 
@@ -216,8 +219,8 @@ def enqueued(jobs: Iterable[tuple[str, str]]) -> None:
         counts: dict[tuple[str, str], int] = {}
         for key in jobs:
             counts[key] = counts.get(key, 0) + 1
-    except Exception:
-        _failed("counting the enqueued jobs")
+    except Exception as exc:
+        _failed("counting the enqueued jobs", exc)
         return
     for (type_name, queue), count in counts.items():
         for metrics in recorders:

@@ -145,6 +145,8 @@ def test_a_meter_that_raises_fails_no_enqueue_and_is_logged_once(
     assert set(Job.objects.values_list("id", flat=True)) == {first.id, second.id}
     warnings = [r for r in caplog.records if r.name == "django_jobs.metrics" and r.levelno == logging.WARNING]
     assert len(warnings) == 1, [r.getMessage() for r in warnings]
+    assert "exemplar filter bug" in warnings[0].getMessage()
+    assert "s3cr3t-t0ken" not in caplog.text  # sanitized, as a stored error is
 
 
 def test_a_meter_that_raises_fails_no_job_and_stops_no_writer(
