@@ -353,6 +353,31 @@ def check_upcasters(app_configs: Sequence[AppConfig] | None = None, **kwargs: An
 
 
 @register(Tags.compatibility)
+def check_effects_declared(
+    app_configs: Sequence[AppConfig] | None = None, **kwargs: Any
+) -> list[CheckMessage]:
+    """A type that says nothing of where its effects are: after a restore its jobs are held until
+    a person releases the hold, and then reconciled or parked, as if it called a provider. A
+    Django task's type is not named: it has no way to say."""
+    from django_jobs.registry import registry
+
+    return [
+        Warning(
+            f"Job type {job_type.name!r} does not say whether its effects stay in the database: "
+            "after a restore from a backup its jobs are held, then parked for review, as if it "
+            "called a provider.",
+            hint="Say it: @job(..., external=True) if it may act outside the database (a charge, "
+            "a mail, a webhook), or external=False if every effect it has is a write to this "
+            "database (see docs/writing-jobs.md).",
+            obj=job_type.handler,
+            id="django_jobs.W008",
+        )
+        for job_type in sorted(registry.all(), key=lambda t: t.name)
+        if not job_type.says_where_effects_are and not job_type.task
+    ]
+
+
+@register(Tags.compatibility)
 def check_schedules(app_configs: Sequence[AppConfig] | None = None, **kwargs: Any) -> list[CheckMessage]:
     """``DJANGO_JOBS["SCHEDULES"]``: each entry computes (expression, interval, time zone, keys)
     and names a job type this project registers; no two schedules share a name."""

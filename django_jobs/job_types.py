@@ -85,9 +85,13 @@ class JobType:
     #: would matter is marked: an execution lost before any mark never reached the provider and
     #: is retried; one lost after a mark is reconciled or parked (see ``on_lost_in_call``).
     external_calls: tuple[str, ...] = ()
-    #: Whether its effects may be outside the database (a charge, a mail, a webhook) when it
-    #: declares no external call and no reconcile: see ``acts_outside``.
-    external: bool = False
+    #: Whether its effects may be outside the database (a charge, a mail, a webhook): True, or
+    #: False when they all stay in it; None when the type says nothing, and is then taken as
+    #: acting outside (see ``acts_outside``).
+    external: bool | None = None
+    #: Registered by the Tasks backend for a Django ``@task``, which has no way to say where its
+    #: effects are: it is held after a restore, and the system check does not ask it to say.
+    task: bool = False
     #: When the scheduler enqueues this type on its own (``@job(schedule=...)``), or None.
     schedule: Schedule | None = None
     #: Called with the job's id and the status written once the outcome of an execution of
@@ -106,11 +110,20 @@ class JobType:
     @property
     def acts_outside(self) -> bool:
         """Whether a job of this type may have effects a restored database does not remember,
-        so that it waits while a restore hold is open: declared ``external=True``, or known by
-        its external calls, its ``reconcile`` or ``on_lost="needs_review"``."""
-        return bool(
-            self.external
-            or self.external_calls
+        so that it waits while a restore hold is open. Only a type that says its effects stay in
+        the database (``external=False``) is inside: nothing can tell from outside a handler
+        that it calls no provider (using ``ctx.effect`` does not say it calls none)."""
+        return self.external is not False
+
+    @property
+    def says_where_effects_are(self) -> bool:
+        """Whether the type says where its effects are: ``external=True`` or ``False``, or
+        known outside by its external calls, its ``reconcile`` or ``on_lost="needs_review"``.
+        One that says nothing is held after a restore all the same; the system check names it
+        (``django_jobs.W008``), unless it is a Django task's (``task``)."""
+        return (
+            self.external is not None
+            or bool(self.external_calls)
             or self.reconcile is not None
             or self.on_lost == "needs_review"
         )

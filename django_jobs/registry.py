@@ -122,7 +122,7 @@ def job(
     concurrency_limit: int = 1,
     rate_limit: str | None = None,
     external_calls: tuple[str, ...] | list[str] = (),
-    external: bool = False,
+    external: bool | None = None,
     schedule: str | float | dt.timedelta | None = None,
     tz: str = "UTC",
     misfire_grace: float | None = None,
@@ -132,8 +132,11 @@ def job(
 
     ``external=True`` says that its effects may be outside the database (a charge, a mail, a
     webhook): its jobs wait while a restore hold is open (docs/operations.md, "Restoring from a
-    backup"). A type with ``external_calls``, a ``reconcile`` or ``on_lost="needs_review"`` is
-    taken as external anyway.
+    backup"). ``external=False`` says they all stay in the database, which a restore takes back
+    with them: its jobs run through a hold. A type that says nothing is held too (unknown means
+    outside), and ``manage.py check`` names it (``django_jobs.W008``); ``external_calls``, a
+    ``reconcile`` or ``on_lost="needs_review"`` say that it acts outside, and refuse
+    ``external=False``.
 
     ``schedule`` (a cron expression, evaluated in ``tz``, or an interval in seconds or as a
     timedelta) makes the workers enqueue this type once per tick with an empty payload; see
@@ -186,8 +189,23 @@ def job(
             'e.g. external_calls=("charge",)'
         )
 
-    if not isinstance(external, bool):
-        raise ValueError("external must be True or False")
+    if external is not None and not isinstance(external, bool):
+        raise ValueError("external must be True or False (or left out: then taken as True)")
+    if external is False:
+        says_outside = [
+            what
+            for what, said in (
+                ("external_calls", bool(external_calls)),
+                ("reconcile", reconcile is not None),
+                ('on_lost="needs_review"', on_lost == "needs_review"),
+            )
+            if said
+        ]
+        if says_outside:
+            raise ValueError(
+                f"external=False says every effect stays in the database, but {' and '.join(says_outside)} "
+                "says it reaches outside: drop external=False"
+            )
 
     planned = None
     if schedule is not None:

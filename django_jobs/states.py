@@ -9,7 +9,8 @@ Who moves a job in and out of each status (docs/lifecycle.md has the diagram):
   back unstarted is such a write too), or by the reaper when the lease goes stale. Where it goes
   is decided by ``django_jobs.decision.decide``.
 - ``completed``, ``skipped``, ``failed``, ``cancelled``: terminal for workers. Only an operator
-  (manual retry) takes ``failed`` or ``cancelled`` back to ``pending``.
+  (manual retry) takes ``failed`` or ``cancelled`` back to ``pending``, or, for a workflow's
+  step while a job it waits for has not ended, to ``waiting``.
 - ``waiting``: a step of a workflow (``django_jobs.workflows``) born waiting for the jobs before
   it. When the last of them ends, the same transaction makes it ``pending`` (its condition
   holds: they completed, or its workflow runs on after a failure) or ``cancelled`` (it does
@@ -58,8 +59,10 @@ KEY_HOLDING_STATUSES: frozenset[str] = ACTIVE_STATUSES | {JobStatus.NEEDS_REVIEW
 #: The arrows of the state machine: source → the statuses it may move to.
 TRANSITIONS: dict[str, frozenset[str]] = {
     # A workflow's step: due when the jobs it waits for ended as it needs, else stopped; or
-    # cancelled by an operator.
-    JobStatus.WAITING: frozenset({JobStatus.PENDING, JobStatus.CANCELLED}),
+    # cancelled by an operator. → needs_review: a step a restore hold's release settled, of a
+    # type that cannot reconcile, as it becomes due; or one the operator found done (then
+    # resolved at once, as a pending one).
+    JobStatus.WAITING: frozenset({JobStatus.PENDING, JobStatus.CANCELLED, JobStatus.NEEDS_REVIEW}),
     # → needs_review: a restore hold's release, for a job whose type cannot reconcile, or that
     # the operator found done (then resolved at once: a pending job never completes unrun).
     JobStatus.PENDING: frozenset({JobStatus.RUNNING, JobStatus.CANCELLED, JobStatus.NEEDS_REVIEW}),
@@ -73,11 +76,15 @@ TRANSITIONS: dict[str, frozenset[str]] = {
             JobStatus.NEEDS_REVIEW,
         }
     ),
-    JobStatus.FAILED: frozenset({JobStatus.PENDING}),
+    # → waiting: an operator's retry of a workflow's step while a job it waits for has not
+    # ended (it becomes due when they have).
+    JobStatus.FAILED: frozenset({JobStatus.PENDING, JobStatus.WAITING}),
     # → waiting: a step its workflow stopped, resumed by an operator's retry of the job that
-    # stopped it.
+    # stopped it; or an operator's retry of a step, as from failed.
     JobStatus.CANCELLED: frozenset({JobStatus.PENDING, JobStatus.WAITING}),
-    JobStatus.NEEDS_REVIEW: frozenset({JobStatus.PENDING, JobStatus.COMPLETED, JobStatus.FAILED}),
+    JobStatus.NEEDS_REVIEW: frozenset(
+        {JobStatus.PENDING, JobStatus.WAITING, JobStatus.COMPLETED, JobStatus.FAILED}
+    ),
     JobStatus.COMPLETED: frozenset(),
     JobStatus.SKIPPED: frozenset(),
 }

@@ -209,7 +209,8 @@ class BulkPages(JobPages):
             "running": operation.state == BulkState.RUNNING,
             "runner": runner.first(),
             "skipped": [
-                (item.job_id, BulkOutcome(str(item.outcome)).label) for item in skipped[:SKIPPED_SHOWN]
+                (item.job_id, item.detail or BulkOutcome(str(item.outcome)).label)
+                for item in skipped[:SKIPPED_SHOWN]
             ],
             "may_stop": may_stop,
             "reason": reason,

@@ -31,7 +31,8 @@ from django_jobs.models import BulkAction, BulkOperation, BulkOutcome, BulkState
 from django_jobs.registry import job
 from django_jobs.runtime.context import JobContext
 from django_jobs.transitions import bulk as bulk_writes
-from django_jobs.transitions.operator import ActionRefused, CancelResult, KeyHeld, Seen, cancel, manual_retry
+from django_jobs.transitions.manual_retry import KeyHeld, StepRefused, manual_retry
+from django_jobs.transitions.operator import ActionRefused, CancelResult, Seen, cancel
 
 RUNNER_TYPE = "django_jobs.bulk"
 #: The most jobs one batch (one transaction) acts on; a slower pace makes batches smaller.
@@ -43,7 +44,7 @@ BATCH_IDLE_LIMIT = 10
 _NAP = 0.5
 
 
-@job(RUNNER_TYPE, max_attempts=50)
+@job(RUNNER_TYPE, max_attempts=50, external=False)  # it writes only the job tables
 def carry_out(ctx: JobContext, payload: dict[str, Any]) -> dict[str, Any]:
     operation_id = payload.get("operation")
     if isinstance(operation_id, bool) or not isinstance(operation_id, int) or operation_id < 1:
@@ -93,32 +94,40 @@ def _one_batch(operation_id: int) -> _State:
         return _State(operation, len(batch))
 
 
-def _act(operation: BulkOperation, batch: list[bulk_writes.Taken]) -> dict[int, str]:
+#: What became of one job: its outcome, and why it was skipped (the refusal's words), if it was.
+Acted = tuple[str, str | None]
+
+
+def _act(operation: BulkOperation, batch: list[bulk_writes.Taken]) -> dict[int, Acted]:
     """Act on each job of ``batch`` as it was seen; what became of each."""
     present = bulk_writes.existing([taken.job_id for taken in batch])
-    outcomes: dict[int, str] = {}
+    outcomes: dict[int, Acted] = {}
     for taken in batch:
         if taken.job_id not in present:
-            outcomes[taken.job_id] = BulkOutcome.GONE
+            outcomes[taken.job_id] = (BulkOutcome.GONE, None)
             continue
         seen = Seen(taken.status, taken.execution_id, operation.id, taken.manual_retries)
         outcomes[taken.job_id] = _act_on_one(operation, taken.job_id, seen)
     return outcomes
 
 
-def _act_on_one(operation: BulkOperation, job_id: int, seen: Seen) -> str:
+def _act_on_one(operation: BulkOperation, job_id: int, seen: Seen) -> Acted:
+    """One job's action, in a savepoint of the batch's transaction: a refusal is that job's
+    skip, with its reason, and never the batch's failure."""
     actor, reason = operation.actor, operation.reason
     if operation.action == BulkAction.RETRY:
         try:
             manual_retry(job_id, actor=actor, reason=reason, seen=seen)
-        except KeyHeld:
-            return BulkOutcome.KEY_HELD
+        except KeyHeld as refused:
+            return BulkOutcome.KEY_HELD, str(refused)
+        except StepRefused as refused:
+            return BulkOutcome.REFUSED, str(refused)
         except ActionRefused:
-            return BulkOutcome.CHANGED
-        return BulkOutcome.DONE
+            return BulkOutcome.CHANGED, None
+        return BulkOutcome.DONE, None
     if cancel(job_id, actor=actor, reason=reason, seen=seen) == CancelResult.NOT_CANCELLABLE:
-        return BulkOutcome.CHANGED
-    return BulkOutcome.DONE
+        return BulkOutcome.CHANGED, None
+    return BulkOutcome.DONE, None
 
 
 def _wait(ctx: JobContext, until: float) -> None:

@@ -184,7 +184,7 @@ class RestoreFilter(_TextFilter):
             return queryset.none()
         return queryset.filter(
             type__in=restore_holds.outside_types(),
-            status__in=(JobStatus.PENDING, JobStatus.RUNNING),
+            status__in=restore_holds.HELD_STATUSES,
             created_at__lt=hold.opened_at,
         )
 

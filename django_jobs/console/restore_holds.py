@@ -24,6 +24,11 @@ from django_jobs.states import JobStatus
 from django_jobs.transitions import restore, restore_release
 from django_jobs.transitions.operator import ActionRefused
 
+#: The statuses of the jobs a hold keeps: not started (a workflow's step waiting, or pending), or
+#: running (its execution goes on; if it is lost, it is reconciled or parked). A parked job
+#: (needs_review) waits for a person anyway; an ended one stays as it is.
+HELD_STATUSES = (JobStatus.WAITING, JobStatus.PENDING, JobStatus.RUNNING)
+
 
 @dataclass(frozen=True)
 class RestoreStatus:
@@ -32,7 +37,8 @@ class RestoreStatus:
     live: Identity
     #: The job types of this code base whose jobs wait while a hold is open.
     outside: list[str]
-    #: Of those, how many jobs are pending and running now: (type, status) → count.
+    #: Of those, how many jobs are not ended and not parked now (waiting, pending, running):
+    #: (type, status) → count.
     waiting: dict[tuple[str, str], int]
     #: Workers that reported within the silence threshold.
     live_workers: int
@@ -67,7 +73,7 @@ def status() -> RestoreStatus:
     now = database_now()
     counts = (
         Job.objects.using(alias)
-        .filter(type__in=outside, status__in=(JobStatus.PENDING, JobStatus.RUNNING))
+        .filter(type__in=outside, status__in=HELD_STATUSES)
         .values_list("type", "status")
         .annotate(n=Count("id"))
     )
@@ -102,9 +108,10 @@ def release(
     kept: those the operator checked with the provider are completed (``done``: the effect
     happened) or run again as they are (``not_done``); of the others, those whose type can
     ``reconcile`` ask the provider before they run again, the rest are parked in
-    ``needs_review``. Raises ``ValueError`` for a missing actor or reason or a job answered
+    ``needs_review``; a workflow's step still waiting keeps waiting, and does either once it is
+    due. Raises ``ValueError`` for a missing actor or reason or a job answered
     both ways, ``ActionRefused`` when no hold is open, ``hold_id`` is not the open one, or an
-    answered job is not one the hold keeps pending; a refused release writes nothing."""
+    answered job is not one the hold keeps from starting; a refused release writes nothing."""
     check_actor_and_reason(actor, reason)
     both = sorted(set(done) & set(not_done))
     if both:

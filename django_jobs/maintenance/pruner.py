@@ -5,7 +5,9 @@ turn, each isolated from the others' failures):
 
 - :func:`run_once` (retention): deletes finished jobs, with their events, older than their
   status's retention, in batches (oldest first, each from where the one before stopped), until
-  each status is caught up or the pass's time budget is spent;
+  each status is caught up or the pass's time budget is spent; then workflows, whole, once
+  every job of one has ended and is past its status's retention (a workflow with a failed job
+  is kept as long as failed jobs are: for ever by default), walking them in id order;
 - :func:`forget_silent_workers`: removes the rows of workers that have not reported for a day
   (killed without a chance to say so);
 - :func:`tidy_limits`: deletes the rows of concurrency keys that have no running job, and
@@ -89,7 +91,43 @@ def run_once(limit_per_status: int | None = None, budget: float | None = None) -
             counts[status] = total
             more = "; more are due" if behind else ""
             logger.info("pruned %s %s job(s) older than %ss%s", total, status, keep, more)
+    if not behind and limit_per_status is None:
+        behind = _prune_workflows(counts, ends)
     return Retention(counts, behind)
+
+
+#: Where the next pass's look at workflows starts: passes walk the workflows in id order, a
+#: window each, and start again from the first once they reached the last.
+_next_workflow = 0
+
+
+def _prune_workflows(counts: dict[str, int], ends: float) -> bool:
+    """Prune workflows whole (``transitions.prune_workflows``) until the walk reached the last
+    workflow or the budget ran out; adds their jobs to ``counts``. True when the budget ran out
+    while this pass was pruning some (more are likely due)."""
+    global _next_workflow
+    workflows = 0
+    jobs: dict[str, int] = {}
+    while True:
+        batch = transitions.prune_workflows(dict(jobs_settings.RETENTION), _next_workflow, BATCH // 10)
+        workflows += batch.workflows
+        for status, count in batch.jobs.items():
+            jobs[status] = jobs.get(status, 0) + count
+        if batch.next_after is None:
+            _next_workflow = 0
+            behind = False
+            break
+        _next_workflow = batch.next_after
+        if time.monotonic() >= ends:
+            # More are due only if this walk found some: a walk over workflows kept for ever
+            # goes on at the next pass, not at once.
+            behind = workflows > 0
+            break
+    for status, count in jobs.items():
+        counts[status] = counts.get(status, 0) + count
+    if workflows:
+        logger.info("pruned %s workflow(s) whole, with their %s job(s)", workflows, sum(jobs.values()))
+    return behind
 
 
 def forget_silent_workers() -> int:

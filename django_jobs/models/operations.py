@@ -75,6 +75,8 @@ class BulkOutcome(models.TextChoices):
     KEY_HELD = "key_held", "Skipped: another live job holds its unique key"
     #: It no longer exists (retention pruned it).
     GONE = "gone", "Skipped: it no longer exists"
+    #: Retry only: a rule of its workflow refused it (the job's ``detail`` says which).
+    REFUSED = "refused", "Skipped: its workflow refused it"
 
 
 class BulkOperationJob(models.Model):
@@ -92,6 +94,8 @@ class BulkOperationJob(models.Model):
     #: someone else since is told apart by this count.
     seen_manual_retries = models.PositiveIntegerField(default=0)
     outcome = models.CharField(max_length=10, choices=BulkOutcome.choices, null=True, blank=True)
+    #: Why it was skipped, as the refusal said it ("job 9 (pending) holds its unique key 'k'").
+    detail = models.TextField(null=True, blank=True)
 
     class Meta:
         constraints = (

@@ -134,7 +134,10 @@ class JobContext:
             raise ValueError(
                 f"job {self.job_id} waited for {waited.size} jobs, not one: read them with ctx.upstream()"
             )
-        return next(iter(workflow_reads.results(waited))).result
+        for ended in workflow_reads.results(waited):
+            return ended.result
+        # Only in a workflow cut apart by a release that pruned workflows job by job.
+        raise LookupError(f"job {self.job_id}: the job it waited for no longer exists (retention removed it)")
 
     def upstream(self) -> workflow_reads.Upstream:
         """The jobs this workflow step (or callback) waited for: ``.summary()`` counts them by

@@ -15,6 +15,12 @@ never lost to a job. The pool knows each slot's state:
 Jobs claimed beyond the idle slots wait in a buffer (prefetch). Prefetch is sized by the worker
 from the slots that are expected to free up soon, and a buffered job that waited longer than
 ``max_buffer_wait`` is given back unstarted, so a slow or stuck slot never hoards jobs.
+
+Every pool starts a job through ``ExecutorPool._start``: the worker's checks (a heartbeat
+unanswered, a restore hold), then ``_run``, the one step a pool of another kind replaces.
+
+Over 300 lines: the buffer, the slots, their running jobs and the stuck threads share one lock,
+and each method is right only beside the others that read them under it.
 """
 
 from __future__ import annotations
@@ -81,15 +87,24 @@ class Held:
 
 
 Execute = Callable[[Claim, Lease], Finished]
+#: Whether a claimed job may start now: the worker's checks (see ``ExecutorPool._start``).
+MayStart = Callable[[Claim], bool]
 
 
 class ExecutorPool:
-    def __init__(self, concurrency: int, execute: Execute, on_finished: Callable[[Finished], None]) -> None:
+    def __init__(
+        self,
+        concurrency: int,
+        execute: Execute,
+        on_finished: Callable[[Finished], None],
+        may_start: MayStart | None = None,
+    ) -> None:
         if concurrency < 1:
             raise ValueError("concurrency must be >= 1")
         self.concurrency = concurrency
         self._execute = execute
         self._on_finished = on_finished
+        self._may_start = may_start
         self._lock = threading.Condition()
         self._buffer: collections.deque[Held] = collections.deque()
         # Keyed by execution, not by job: a job taken back from a stuck thread may be claimed
@@ -227,6 +242,16 @@ class ExecutorPool:
 
     # ---- the slots ----------------------------------------------------------------------------
 
+    def _start(self, slot: int, held: Held) -> Finished:
+        """The one start path of every pool: the worker's checks (``may_start``: a heartbeat
+        unanswered, a restore hold open for the job's type), then the job runs in ``slot``
+        (``_run``: here a thread, in the process pool a child). A subclass runs jobs elsewhere
+        by overriding ``_run``; the checks stay here, so that no pool can start a job another
+        would have held. A job refused is given back unstarted and uncounted."""
+        if self._may_start is not None and not self._may_start(held.claim):
+            return Finished(held.claim, Happened.NOT_STARTED)
+        return self._run(slot, held)
+
     def _run(self, slot: int, held: Held) -> Finished:
         """Run one job in ``slot``; here, on the slot's own thread."""
         return self._execute(held.claim, held.lease)
@@ -276,7 +301,7 @@ class ExecutorPool:
                     self._give_back_lapsing(held)
                     continue
                 try:
-                    finished = self._run(slot, held)
+                    finished = self._start(slot, held)
                 except BaseException as exc:  # execute() never raises; if it did, the slot lives on
                     logger.exception(
                         "executor error id=%s", held.claim.id, extra=logs.lease_fields(held.lease)

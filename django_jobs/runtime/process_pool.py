@@ -81,8 +81,11 @@ class ProcessPool(ExecutorPool):
         max_jobs: int = 1000,
         max_memory_mb: float | None = None,
         on_start: Callable[[Claim], None] | None = None,
+        may_start: Callable[[Claim], bool] | None = None,
     ) -> None:
-        super().__init__(concurrency, execute=_unused, on_finished=on_finished)
+        # ``may_start``: the worker's checks, made by the slot in the worker before it hands the
+        # job to its child (``ExecutorPool._start``), as for threads.
+        super().__init__(concurrency, execute=_unused, on_finished=on_finished, may_start=may_start)
         #: Called as a job is handed to its child (the worker sends ``job_started`` there: a
         #: receiver's state stays in the worker, with ``job_finished``'s).
         self._on_start = on_start

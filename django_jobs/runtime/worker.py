@@ -171,9 +171,10 @@ class Worker:
                 max_jobs=max_jobs_per_child,
                 max_memory_mb=max_child_memory_mb,
                 on_start=self._started,
+                may_start=self._may_start,
             )
         else:
-            self._pool = ExecutorPool(concurrency, self._execute, self._record)
+            self._pool = ExecutorPool(concurrency, self._execute, self._record, may_start=self._may_start)
         #: Counters and histograms of this worker's executions: Prometheus's with
         #: ``runjobs --metrics-port``, else OpenTelemetry's when a meter provider is set; None
         #: when off, so that each job pays one attribute check. Guarded: a meter that raises is
@@ -387,11 +388,15 @@ class Worker:
 
     # ---- the pool's side (executor threads) -----------------------------------------------------
 
+    def _may_start(self, claim: Claim) -> bool:
+        """Whether a claimed job may start now; every pool's slots ask before they start one
+        (``ExecutorPool._start``). Not while the heartbeat has gone unanswered for a lease (its
+        lease may be another worker's by now), nor, for a type that may act outside the
+        database, while a restore hold is open (it was claimed before this worker knew)."""
+        return self._hold_back.may_start_jobs() and self._restore_watch.may_start(claim.type)
+
     def _execute(self, claim: Claim, lease: Lease) -> Finished:
-        if not self._hold_back.may_start_jobs():
-            return Finished(claim, Happened.NOT_STARTED)  # given back unstarted, uncounted
-        if not self._restore_watch.may_start(claim.type):
-            return Finished(claim, Happened.NOT_STARTED)  # claimed before the hold opened: given back
+        """Run a job in the thread pool's slot (the checks were made: ``_may_start``)."""
         return execute(claim, lease, side_writer=self._heartbeat, on_start=self._started)
 
     def _started(self, claim: Claim) -> None:

@@ -92,12 +92,12 @@ def _apply(ctx: JobContext, payload: dict[str, Any]) -> bool:
     return first_time
 
 
-@job(EFFECT, max_attempts=MAX_ATTEMPTS, backoff=QUICK)
+@job(EFFECT, max_attempts=MAX_ATTEMPTS, backoff=QUICK, external=False)
 def apply_effect(ctx: JobContext, payload: dict[str, Any]) -> dict[str, Any]:
     return {"applied": _apply(ctx, payload), "attempt": ctx.attempt}
 
 
-@job(FLAKY, max_attempts=MAX_ATTEMPTS, backoff=QUICK)
+@job(FLAKY, max_attempts=MAX_ATTEMPTS, backoff=QUICK, external=False)
 def fail_once(ctx: JobContext, payload: dict[str, Any]) -> dict[str, Any]:
     applied = _apply(ctx, payload)
     if ctx.attempt == 1:
@@ -105,17 +105,17 @@ def fail_once(ctx: JobContext, payload: dict[str, Any]) -> dict[str, Any]:
     return {"applied": applied, "attempt": ctx.attempt}
 
 
-@job(PERMANENT, max_attempts=MAX_ATTEMPTS, backoff=QUICK)
+@job(PERMANENT, max_attempts=MAX_ATTEMPTS, backoff=QUICK, external=False)
 def fail_for_good(ctx: JobContext, payload: dict[str, Any]) -> None:
     raise PermanentError("the self-test fails this job for good, on purpose", code=ON_PURPOSE)
 
 
-@job(EXHAUSTED, max_attempts=MAX_ATTEMPTS, backoff=QUICK)
+@job(EXHAUSTED, max_attempts=MAX_ATTEMPTS, backoff=QUICK, external=False)
 def fail_every_time(ctx: JobContext, payload: dict[str, Any]) -> None:
     raise RetryableError("the self-test fails every attempt of this job, on purpose", code=ON_PURPOSE)
 
 
-@job(HOLD, max_attempts=MAX_ATTEMPTS, backoff=QUICK)
+@job(HOLD, max_attempts=MAX_ATTEMPTS, backoff=QUICK, external=False)
 def hold(ctx: JobContext, payload: dict[str, Any]) -> dict[str, Any]:
     applied = _apply(ctx, payload)
     if ctx.attempt == 1:
@@ -128,6 +128,6 @@ def hold(ctx: JobContext, payload: dict[str, Any]) -> dict[str, Any]:
     return {"applied": applied, "attempt": ctx.attempt}
 
 
-@job(RUN, max_attempts=1)
+@job(RUN, max_attempts=1, external=False)
 def run_marker(ctx: JobContext, payload: dict[str, Any]) -> None:
     """Nothing to do: the job only marks a run, and is removed with it."""

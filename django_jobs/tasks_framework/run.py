@@ -70,6 +70,7 @@ def register(task: Any, *, alias: str, sender: type, max_attempts: int, backoff:
             backoff=backoff,
             timeout=timeout,
             on_finished=functools.partial(_finished, name, alias, sender),
+            task=True,  # no way to say where its effects are: held after a restore
         )
     )
 

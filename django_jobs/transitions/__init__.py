@@ -38,12 +38,12 @@ from django_jobs.transitions.execution import (
     outlook,
 )
 from django_jobs.transitions.leases import Beat, cut_leases, heartbeat, set_checkpoint, set_progress
+from django_jobs.transitions.manual_retry import KeyHeld, StepRefused, manual_retry
 from django_jobs.transitions.operator import (
     RETRYABLE_BY_OPERATOR,
     ActionRefused,
     CancelResult,
     cancel,
-    manual_retry,
     resolve,
 )
 from django_jobs.transitions.outcomes import Outcome, cancel_requested_among, write_outcomes
@@ -61,6 +61,7 @@ from django_jobs.transitions.schedules import (
 from django_jobs.transitions.schedules import disable as disable_schedule
 from django_jobs.transitions.schedules import enable as enable_schedule
 from django_jobs.transitions.workers import any_active, forget_worker, report_worker
+from django_jobs.transitions.workflow_retention import PrunedWorkflows, prune_workflows
 from django_jobs.transitions.workflows import cancel_workflow
 
 __all__ = [
@@ -72,10 +73,13 @@ __all__ = [
     "ClaimStatement",
     "ClaimedTick",
     "Expired",
+    "KeyHeld",
     "Outcome",
     "Outlook",
+    "PrunedWorkflows",
     "Recovery",
     "Running",
+    "StepRefused",
     "any_active",
     "cancel",
     "cancel_requested_among",
@@ -100,6 +104,7 @@ __all__ = [
     "pause_queue",
     "prune",
     "prune_ticks",
+    "prune_workflows",
     "record_run_now",
     "record_tick_job",
     "recover_expired",

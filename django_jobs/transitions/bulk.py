@@ -1,5 +1,5 @@
 """The writes of a bulk operation (``django_jobs.bulk``) besides the jobs' own transitions
-(those are ``operator.manual_retry`` and ``operator.cancel``, fenced by what it saw):
+(those are ``manual_retry`` and ``operator.cancel``, fenced by what it saw):
 
 - ``take_jobs``: the jobs it will act on, each with the status and execution seen, in one
   statement, so the operation's list is one moment's truth;
@@ -73,8 +73,8 @@ def next_batch(operation_id: int, after: int, size: int) -> list[Taken]:
 
 _RECORD = """
 WITH marks AS (
-    UPDATE django_jobs_bulkoperationjob o SET outcome = m.outcome
-    FROM unnest(%(jobs)s::bigint[], %(outcomes)s::text[]) AS m(job_id, outcome)
+    UPDATE django_jobs_bulkoperationjob o SET outcome = m.outcome, detail = m.detail
+    FROM unnest(%(jobs)s::bigint[], %(outcomes)s::text[], %(details)s::text[]) AS m(job_id, outcome, detail)
     WHERE o.operation_id = %(operation)s AND o.job_id = m.job_id AND o.outcome IS NULL
     RETURNING o.outcome
 )
@@ -87,15 +87,17 @@ RETURNING done, skipped
 """
 
 
-def record_batch(operation_id: int, outcomes: dict[int, str]) -> tuple[int, int] | None:
-    """Write what became of a batch's jobs, add them to the counts and move the cursor past
-    them; returns the counts (done, skipped), or None when the operation is no longer running
-    or another run recorded the batch already (then the caller's transaction must roll back)."""
+def record_batch(operation_id: int, outcomes: dict[int, tuple[str, str | None]]) -> tuple[int, int] | None:
+    """Write what became of a batch's jobs (by id: the outcome, and why a skipped one was, or
+    None), add them to the counts and move the cursor past them; returns the counts (done,
+    skipped), or None when the operation is no longer running or another run recorded the batch
+    already (then the caller's transaction must roll back)."""
     jobs = sorted(outcomes)
     params: dict[str, Any] = {
         "operation": operation_id,
         "jobs": jobs,
-        "outcomes": [outcomes[job] for job in jobs],
+        "outcomes": [outcomes[job][0] for job in jobs],
+        "details": [outcomes[job][1] for job in jobs],
         "last": jobs[-1],
     }
     with connections[jobs_settings.DATABASE].cursor() as cursor:

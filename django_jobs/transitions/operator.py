@@ -1,5 +1,5 @@
-"""What people do to jobs: cancel, retry by hand, resolve after a review. Each is recorded
-with its actor and reason.
+"""What people do to jobs: cancel, resolve after a review (and retry by hand: ``manual_retry``,
+which follows these fences). Each is recorded with its actor and reason.
 
 A retry or a cancel may be fenced by what the operator saw (:class:`Seen`): the job's status
 and execution when a bulk operation took it, or when a console page showed it. It then applies
@@ -13,7 +13,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
-from django.db import IntegrityError, connections, transaction
+from django.db import connections
 
 from django_jobs.conf import jobs_settings
 from django_jobs.states import JobStatus
@@ -113,65 +113,6 @@ RETRYABLE_BY_OPERATOR = (JobStatus.FAILED, JobStatus.CANCELLED, JobStatus.NEEDS_
 
 class ActionRefused(Exception):
     """An operator's action cannot apply to this job (its state changed, or a rule forbids it)."""
-
-
-# The old row is locked first so the event can say which state the job left.
-_MANUAL_RETRY = f"""
-WITH old AS (
-    SELECT id, status, attempts FROM django_jobs_job
-    WHERE id = %(id)s AND status IN ('failed', 'cancelled', 'needs_review') AND {_FENCE}
-    FOR UPDATE
-), moved AS (
-    UPDATE django_jobs_job j SET
-        status = 'pending', attempts = 0, available_at = now(), ready = true, finished_at = NULL,
-        cancel_requested_at = NULL, worker_id = NULL, execution_id = NULL, heartbeat_at = NULL,
-        lease_expires_at = NULL, failed_at = NULL, completed_at = NULL,
-        manual_retries = j.manual_retries + 1, retried_by = %(actor)s,
-        retried_at = now(), trace_context = COALESCE(%(trace_context)s::jsonb, j.trace_context)
-    FROM old WHERE j.id = old.id AND j.status = old.status
-    RETURNING j.id, old.status, old.attempts, j.manual_retries
-), events AS (
-    INSERT INTO django_jobs_jobevent (job_id, kind, from_status, to_status, attempt, actor, reason, details)
-    SELECT id, 'manual_retry', status, 'pending', attempts, %(actor)s, %(reason)s,
-           jsonb_build_object('manual_retries', manual_retries) || coalesce({_LINK}, '{{}}')
-    FROM moved
-)
-SELECT id, status FROM moved
-"""
-
-
-class KeyHeld(ActionRefused):
-    """The retry would make a second live job of its type with the same unique key."""
-
-
-def manual_retry(
-    job_id: int, *, actor: str, reason: str, seen: Seen | None = None, trace_context: str | None = None
-) -> str:
-    """An operator's retry: a failed, cancelled or parked job becomes pending with a fresh
-    attempt budget. Returns the status it left. ``trace_context`` (JSON text), when the retry
-    is traced, replaces the one the job stored: its next executions are the retry's children.
-
-    Raises ``ActionRefused`` if the job is in another state (or no longer as ``seen``), and
-    ``KeyHeld`` if another active job of its type holds its unique key (the retry would run the
-    same work twice at once).
-    """
-    alias = jobs_settings.DATABASE
-    params = _fenced({"id": job_id, "actor": actor, "reason": reason, "trace_context": trace_context}, seen)
-    try:
-        with transaction.atomic(using=alias), connections[alias].cursor() as cursor:
-            cursor.execute(_MANUAL_RETRY, params)
-            row = cursor.fetchone()
-    except IntegrityError as exc:
-        raise KeyHeld(
-            f"job {job_id} was not retried: another pending, running or parked job of its type "
-            "holds its unique key"
-        ) from exc
-    if row is None:
-        if seen is not None:
-            taken = "the operation took it" if seen.operation is not None else "it was seen"
-            raise ActionRefused(f"job {job_id} was not retried: it changed since {taken}")
-        raise ActionRefused(f"job {job_id} was not retried: only failed, cancelled or parked jobs can be")
-    return str(row[1])
 
 
 _RESOLVE = """

@@ -158,16 +158,13 @@ def recover_expired(
 # started from the head would step over all of them (15 of a batch's 18 ms in the churn soak). A
 # job that finished before `since` but committed after the batch read past it (an outcome written
 # in a long transaction) waits for the next pass, which starts from the head again. A member of a
-# workflow that still runs is kept: the steps that wait for it will read its result.
+# workflow is never pruned here: its workflow is pruned whole (``prune_workflows``).
 _PRUNE = """
 WITH doomed AS (
     SELECT id FROM django_jobs_job j
     WHERE status = %(status)s AND finished_at < now() - make_interval(secs => %(keep)s)
       AND finished_at >= COALESCE(%(since)s::timestamptz, '-infinity')
-      AND (j.workflow_id IS NULL OR NOT EXISTS (
-          SELECT 1 FROM django_jobs_job live
-          WHERE live.workflow_id = j.workflow_id
-            AND live.status IN ('needs_review', 'pending', 'running', 'waiting')))
+      AND j.workflow_id IS NULL
     ORDER BY finished_at LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
 ), steps AS (

@@ -26,13 +26,19 @@ WHERE id = %(id)s
 # of them may have run after the restore point, its end lost with the rest of the database.
 #
 # A pending one is settled now: it asks its type's reconcile before it runs again (the mark is
-# its error code, RESTORED), or is parked for review when its type cannot ask. FOR UPDATE: a
-# claim that took one meanwhile is waited for, and the job is then left to that execution.
-_SETTLE_PENDING = """
+# its error code, RESTORED), or is parked for review when its type cannot ask. A workflow's step
+# still waiting for the jobs before it (in the lost timeline they may have ended, and it run) is
+# marked the same way but keeps waiting: it starts only once they have ended here too, and then
+# asks reconcile first, or is parked for review as it becomes due (the barrier reads the mark
+# and ``on_lost``, which the release sets to what its type can do now). An answer applies to
+# either at once: done completes it (counted in its workflow's barrier like any end), not done
+# leaves it as it is, unmarked. FOR UPDATE: a claim that took one meanwhile is waited for, and
+# the job is then left to that execution.
+_SETTLE_NOT_STARTED = """
 WITH held AS (
-    SELECT id, attempts, last_error_code, type = ANY(%(reconcilable)s) AS reconciles
+    SELECT id, status, attempts, last_error_code, type = ANY(%(reconcilable)s) AS reconciles
     FROM django_jobs_job
-    WHERE type = ANY(%(types)s) AND status = 'pending' AND created_at < %(opened_at)s
+    WHERE type = ANY(%(types)s) AND status IN ('pending', 'waiting') AND created_at < %(opened_at)s
     FOR UPDATE
 ), settled AS (
     SELECT h.*, CASE WHEN h.id = ANY(%(done)s) THEN 'done'
@@ -41,16 +47,20 @@ WITH held AS (
 ), moved AS (
     UPDATE django_jobs_job j SET
         status = CASE WHEN s.answer = 'done' THEN 'completed'
+                      WHEN s.status = 'waiting' THEN 'waiting'
                       WHEN s.answer = 'not_done' OR s.reconciles THEN 'pending'
                       ELSE 'needs_review' END,
         completed_at = CASE WHEN s.answer = 'done' THEN now() ELSE j.completed_at END,
         finished_at = CASE WHEN s.answer = 'done' THEN now() ELSE j.finished_at END,
+        on_lost = CASE WHEN s.status = 'waiting' AND s.answer IS NULL
+                       THEN CASE WHEN s.reconciles THEN 'reconcile' ELSE 'needs_review' END
+                       ELSE j.on_lost END,
         last_error_code = CASE WHEN s.answer IS NULL THEN 'RESTORED' ELSE j.last_error_code END,
         last_error = CASE WHEN s.answer IS NOT NULL THEN j.last_error
                           WHEN s.reconciles THEN %(to_reconcile)s ELSE %(to_review)s END
-    FROM settled s WHERE j.id = s.id AND j.status = 'pending'
-    RETURNING j.id, j.status, s.answer, j.last_error_code, j.last_error, s.attempts,
-              s.last_error_code AS previous_error_code
+    FROM settled s WHERE j.id = s.id AND j.status = s.status
+    RETURNING j.id, s.status AS from_status, j.status, s.answer, j.last_error_code, j.last_error,
+              s.attempts, s.last_error_code AS previous_error_code
 ), events AS (
     INSERT INTO django_jobs_jobevent
         (job_id, kind, from_status, to_status, attempt, error_code, error, actor, reason, details)
@@ -59,15 +69,15 @@ WITH held AS (
            jsonb_build_object('restore_hold', %(hold)s, 'previous_error_code', m.previous_error_code,
                               'answer', m.answer)
     FROM moved m CROSS JOIN LATERAL (
-        -- Found done: parked and resolved by the same person in one act (a pending job never
-        -- completes without running or a review).
-        SELECT * FROM (VALUES (1, 'needs_review', 'pending', 'needs_review', NULL::text, NULL::text),
+        -- Found done: parked and resolved by the same person in one act (a job not started
+        -- never completes without running or a review).
+        SELECT * FROM (VALUES (1, 'needs_review', m.from_status, 'needs_review', NULL::text, NULL::text),
                               (2, 'resolved', 'needs_review', 'completed', NULL, NULL))
             AS v(step, kind, from_status, to_status, error_code, error)
         WHERE m.answer = 'done'
         UNION ALL
         SELECT 1, CASE WHEN m.status = 'needs_review' THEN 'needs_review' ELSE 'restore_released' END,
-               'pending', m.status,
+               m.from_status, m.status,
                CASE WHEN m.answer IS NULL THEN m.last_error_code END,
                CASE WHEN m.answer IS NULL THEN m.last_error END
         WHERE m.answer IS DISTINCT FROM 'done'
@@ -77,11 +87,13 @@ WITH held AS (
 SELECT count(*) FILTER (WHERE status = 'pending' AND answer IS NULL),
        count(*) FILTER (WHERE status = 'needs_review'),
        count(*) FILTER (WHERE answer = 'done'),
-       count(*) FILTER (WHERE answer = 'not_done')
+       count(*) FILTER (WHERE answer = 'not_done'),
+       count(*) FILTER (WHERE status = 'waiting' AND answer IS NULL)
 FROM moved
 """
-# The jobs an operator answered for must all be among those the hold keeps pending: one that is
-# not (no such job, another type, running, ended, enqueued since) refuses the whole release.
+# The jobs an operator answered for must all be among those the hold keeps from starting (pending,
+# or a workflow's step waiting): one that is not (no such job, another type, running, ended,
+# enqueued since) refuses the whole release.
 _ANSWERED = """
 SELECT id, type, status, created_at < %(opened_at)s FROM django_jobs_job
 WHERE id = ANY(%(answered)s) FOR UPDATE
@@ -127,10 +139,14 @@ class Settled:
     to_review: int
     #: Running jobs left to their execution, reconciled or parked if it is lost.
     running: int
-    #: Pending jobs the operator found done at the provider: completed without running.
+    #: Pending jobs and waiting steps the operator found done at the provider: completed
+    #: without running (a step counts as ended in its workflow).
     done: int = 0
-    #: Pending jobs the operator found not done: they run again as they are.
+    #: Pending jobs and waiting steps the operator found not done: they run again as they are.
     not_done: int = 0
+    #: Workflow steps still waiting for the jobs before them: once those have ended, each asks
+    #: its type's ``reconcile`` first, or is parked in ``needs_review`` as it becomes due.
+    waiting: int = 0
 
     def as_json(self) -> dict[str, int]:
         return dataclasses.asdict(self)
@@ -149,9 +165,10 @@ def release(
     """Release the open hold ``hold_id`` and settle the jobs it kept, in one transaction: those
     the operator answered for are completed (``done``) or run again as they are (``not_done``);
     of the others, those of ``reconcilable`` types reconcile first and those of ``hookless``
-    types are parked (see ``_SETTLE_PENDING`` and ``_SETTLE_RUNNING``). Raises
+    types are parked; a workflow's step that waits keeps waiting, marked so that it does either
+    once it is due (see ``_SETTLE_NOT_STARTED`` and ``_SETTLE_RUNNING``). Raises
     ``ActionRefused``, having written nothing, if the hold is not open or an answered job is not
-    one it keeps pending."""
+    one it keeps from starting."""
     alias = jobs_settings.DATABASE
     types = sorted({*reconcilable, *hookless})
     with transaction.atomic(using=alias), connections[alias].cursor() as cursor:
@@ -179,18 +196,18 @@ def release(
             "to_reconcile": _TO_RECONCILE,
             "to_review": _TO_REVIEW,
         }
-        cursor.execute(_SETTLE_PENDING, params)
-        to_reconcile, to_review, answered_done, answered_not_done = cursor.fetchone()
+        cursor.execute(_SETTLE_NOT_STARTED, params)
+        to_reconcile, to_review, answered_done, answered_not_done, waiting = cursor.fetchone()
         cursor.execute(_SETTLE_RUNNING, params)
         (running,) = cursor.fetchone()
-        settled = Settled(to_reconcile, to_review, running, answered_done, answered_not_done)
+        settled = Settled(to_reconcile, to_review, running, answered_done, answered_not_done, waiting)
         summary = json.dumps(settled.as_json())
         cursor.execute(_RELEASE, {"id": hold_id, "actor": actor, "reason": reason, "settled": summary})
     return settled
 
 
 def _not_held(job_id: int, found: tuple[str, str, bool] | None, types: list[str], hold_id: int) -> str:
-    """Why job ``job_id`` is not one the hold keeps pending; "" if it is."""
+    """Why job ``job_id`` is not one the hold keeps from starting; "" if it is."""
     if found is None:
         return f"no job {job_id}"
     job_type, status, before = found
@@ -198,6 +215,9 @@ def _not_held(job_id: int, found: tuple[str, str, bool] | None, types: list[str]
         return f"job {job_id} is not held: its type {job_type} acts inside the database"
     if not before:
         return f"job {job_id} is not held: it was enqueued after restore hold {hold_id} opened"
-    if status != "pending":
-        return f"job {job_id} is {status}, not pending: only a pending job can be answered for"
+    if status not in ("pending", "waiting"):
+        return (
+            f"job {job_id} is {status}: only a job not started (pending, or a workflow's step "
+            "waiting) can be answered for"
+        )
     return ""

@@ -22,9 +22,21 @@ update is deferred to the commit (a constraint trigger, ``LEAF_EMPTIED``), after
 transaction counts in, so transactions take leaves before parents and never wait on each other
 in a circle.
 
-The functions below are installed by migration 0020 from these texts. A change to them needs
-a migration of its own that replaces the functions (``CREATE OR REPLACE``) on databases already
-migrated.
+**What ``stopped`` means.** A step its workflow cancelled (``waiting`` → ``cancelled``, a
+``stopped`` event) is marked ``stopped``, and only a marked step waits again when a job it waits
+for is retried. The mark is cleared by whatever takes the job out of ``cancelled`` (its
+workflow resuming it, an operator's retry): a step cancelled later by an operator is never
+brought back by a retry of another job.
+
+**Where an operator's retry sends a step** (``STEP_GATE``, read by ``manual_retry``):
+back to ``waiting`` while a job it waits for has not ended, ``pending`` once they all ended
+and its condition holds; a retry that would run it against its condition is refused. So a set
+of retries ends the same in any order: retrying a stopped ``on_success`` before the failed
+member it waits for, or in the same transaction, leaves it waiting for that member's end.
+
+The functions below are installed by migration 0020 from these texts, and again by migration
+0026 (``FUNCTIONS``). A change to them needs a migration of its own that installs
+``FUNCTIONS`` again on databases already migrated.
 """
 
 from __future__ import annotations
@@ -37,8 +49,13 @@ _FAILED = ", ".join(f"'{status}'" for status in sorted(ENDED_STATUSES - SUCCEEDE
 
 # The steps waiting on a barrier whose jobs have all ended: due if their condition holds, else
 # stopped with the reason. ``why`` names the job that failed, when one job was waited for.
+#
+# A step a restore hold's release settled (code RESTORED) may have run after the restore point:
+# due, it asks its type's reconcile first, as a pending job so marked does; one whose type cannot
+# ask (the release set its ``on_lost`` to needs_review) is parked for review instead, never run
+# blind. Replaced by migration 0025 on databases migrated before (and 0026: ``FUNCTIONS``).
 _OPEN = f"""
-CREATE FUNCTION django_jobs_barrier_open(barrier bigint, any_failed boolean, last_job bigint)
+CREATE OR REPLACE FUNCTION django_jobs_barrier_open(barrier bigint, any_failed boolean, last_job bigint)
 RETURNS void LANGUAGE plpgsql AS $$
 DECLARE
     why text;
@@ -62,12 +79,13 @@ BEGIN
         FROM django_jobs_workflowstep s WHERE s.waits_on_id = barrier
     ), due AS (
         UPDATE django_jobs_job j SET
-            status = 'pending',
+            status = CASE WHEN j.last_error_code = 'RESTORED' AND j.on_lost = 'needs_review'
+                          THEN 'needs_review' ELSE 'pending' END,
             available_at = greatest(j.available_at, now() + make_interval(secs => w.delay)),
             ready = greatest(j.available_at, now() + make_interval(secs => w.delay)) <= now()
         FROM waiting w
         WHERE j.id = w.job_id AND w.runs AND j.status = 'waiting'
-        RETURNING j.id, j.attempts
+        RETURNING j.id, j.attempts, j.status, j.last_error_code, j.last_error
     ), stopped AS (
         UPDATE django_jobs_job j SET
             status = 'cancelled', finished_at = now(), last_error_code = 'WORKFLOW_STOPPED',
@@ -79,13 +97,19 @@ BEGIN
     ), marked AS (
         UPDATE django_jobs_workflowstep s SET stopped = true FROM stopped WHERE s.job_id = stopped.id
     )
-    INSERT INTO django_jobs_jobevent (job_id, kind, from_status, to_status, attempt, actor, reason)
-    SELECT id, 'due', 'waiting', 'pending', attempts, 'workflow',
+    INSERT INTO django_jobs_jobevent
+        (job_id, kind, from_status, to_status, attempt, error_code, error, actor, reason)
+    SELECT id, CASE WHEN status = 'needs_review' THEN 'needs_review' ELSE 'due' END, 'waiting', status,
+           attempts,
+           CASE WHEN status = 'needs_review' THEN last_error_code END,
+           CASE WHEN status = 'needs_review' THEN last_error END,
+           'workflow',
            CASE WHEN any_failed THEN 'the jobs it waited for ended: ' || why
                 ELSE 'the jobs it waited for ended' END
     FROM due
     UNION ALL
-    SELECT id, 'stopped', 'waiting', 'cancelled', attempts, 'workflow', last_error FROM stopped;
+    SELECT id, 'stopped', 'waiting', 'cancelled', attempts, NULL, NULL, 'workflow', last_error
+    FROM stopped;
 END
 $$;
 """
@@ -94,7 +118,7 @@ $$;
 # cancelled): the steps it stopped wait again. A step that ran, or that an operator cancelled,
 # stays as it is.
 _REOPENED = """
-CREATE FUNCTION django_jobs_barrier_reopened(barrier bigint, retried bigint)
+CREATE OR REPLACE FUNCTION django_jobs_barrier_reopened(barrier bigint, retried bigint)
 RETURNS void LANGUAGE plpgsql AS $$
 BEGIN
     WITH resumed AS (
@@ -122,13 +146,19 @@ $$;
 # back by a retry). A barrier without a parent that empties opens here; a leaf that empties or
 # refills is counted in its parent at commit (LEAF_EMPTIED).
 _MEMBER_MOVED = f"""
-CREATE FUNCTION django_jobs_member_moved() RETURNS trigger LANGUAGE plpgsql AS $$
+CREATE OR REPLACE FUNCTION django_jobs_member_moved() RETURNS trigger LANGUAGE plpgsql AS $$
 DECLARE
     was_ended boolean := OLD.status IN ({_ENDED});
     is_ended boolean := NEW.status IN ({_ENDED});
     fed bigint;
     counted record;
 BEGIN
+    IF OLD.status = 'cancelled' THEN
+        -- Whoever takes a job out of 'cancelled' (its workflow resuming it, an operator's
+        -- retry) ends what its workflow's stop meant: if it is cancelled again, by an operator
+        -- or by an arrow of its own, no retry of another job brings it back.
+        UPDATE django_jobs_workflowstep SET stopped = false WHERE job_id = NEW.id AND stopped;
+    END IF;
     IF was_ended = is_ended THEN
         RETURN NULL;
     END IF;
@@ -153,14 +183,11 @@ BEGIN
     RETURN NULL;
 END
 $$;
-CREATE TRIGGER django_jobs_member_moved AFTER UPDATE OF status ON django_jobs_job
-FOR EACH ROW WHEN (NEW.workflow_id IS NOT NULL AND OLD.status IS DISTINCT FROM NEW.status)
-EXECUTE FUNCTION django_jobs_member_moved();
 """
 
 # A leaf emptied (its last job ended) or refilled (a retry): its parent counts it, at commit.
 _LEAF_EMPTIED = """
-CREATE FUNCTION django_jobs_leaf_emptied() RETURNS trigger LANGUAGE plpgsql AS $$
+CREATE OR REPLACE FUNCTION django_jobs_leaf_emptied() RETURNS trigger LANGUAGE plpgsql AS $$
 DECLARE
     emptied boolean := NEW.remaining = 0;
     counted record;
@@ -180,17 +207,66 @@ BEGIN
     RETURN NULL;
 END
 $$;
+"""
+
+# Where an operator's retry sends a step that waits for others: back to 'waiting' while one of
+# them has not ended (its barrier opens later, and decides then), 'pending' when they all ended
+# and its condition holds, 'refused' when they ended and it does not (it would run on what it
+# must not: on_success after a failure, the step after a failed one). NULL for a job that waits
+# for nothing. The barrier's row is locked, so a job ending meanwhile is counted after this
+# retry's commit, and then finds the step waiting. A tree is read from its leaves, which count
+# this transaction's own retries at once (the parent counts them only at commit).
+_STEP_GATE = f"""
+CREATE OR REPLACE FUNCTION django_jobs_step_gate(step_job bigint)
+RETURNS text LANGUAGE plpgsql AS $$
+DECLARE
+    waits bigint;
+    runs_if text;
+    ended boolean;
+    any_failed boolean;
+BEGIN
+    SELECT s.waits_on_id, s.runs_if INTO waits, runs_if
+    FROM django_jobs_workflowstep s WHERE s.job_id = step_job;
+    IF waits IS NULL THEN
+        RETURN NULL;
+    END IF;
+    SELECT b.remaining = 0, b.failed > 0 INTO ended, any_failed
+    FROM django_jobs_barrier b WHERE b.id = waits FOR UPDATE;
+    IF EXISTS (SELECT 1 FROM django_jobs_barrier l WHERE l.parent_id = waits) THEN
+        SELECT bool_and(l.remaining = 0), bool_or(l.failed > 0) INTO ended, any_failed
+        FROM django_jobs_barrier l WHERE l.parent_id = waits;
+    END IF;
+    IF NOT ended THEN
+        RETURN 'waiting';
+    ELSIF {runs_condition("runs_if", "any_failed")} THEN
+        RETURN 'pending';
+    END IF;
+    RETURN 'refused';
+END
+$$;
+"""
+
+_TRIGGERS = """
+CREATE TRIGGER django_jobs_member_moved AFTER UPDATE OF status ON django_jobs_job
+FOR EACH ROW WHEN (NEW.workflow_id IS NOT NULL AND OLD.status IS DISTINCT FROM NEW.status)
+EXECUTE FUNCTION django_jobs_member_moved();
 CREATE CONSTRAINT TRIGGER django_jobs_leaf_emptied AFTER UPDATE OF remaining ON django_jobs_barrier
 DEFERRABLE INITIALLY DEFERRED
 FOR EACH ROW WHEN (NEW.parent_id IS NOT NULL AND (OLD.remaining = 0) <> (NEW.remaining = 0))
 EXECUTE FUNCTION django_jobs_leaf_emptied();
 """
 
+#: The functions, as they are now: each ``CREATE OR REPLACE``, so a migration that changes one
+#: installs them all again (migration 0026 does).
+FUNCTIONS = _OPEN + _REOPENED + _MEMBER_MOVED + _LEAF_EMPTIED + _STEP_GATE
 #: What migration 0020 installs, and what it drops going back.
-INSTALL_TRIGGERS = _OPEN + _REOPENED + _MEMBER_MOVED + _LEAF_EMPTIED
+INSTALL_TRIGGERS = FUNCTIONS + _TRIGGERS
+#: What migration 0025 installs: the barrier's opening as it is now.
+OPEN_BARRIER = _OPEN
 DROP_TRIGGERS = """
 DROP TRIGGER IF EXISTS django_jobs_leaf_emptied ON django_jobs_barrier;
 DROP TRIGGER IF EXISTS django_jobs_member_moved ON django_jobs_job;
+DROP FUNCTION IF EXISTS django_jobs_step_gate(bigint);
 DROP FUNCTION IF EXISTS django_jobs_leaf_emptied();
 DROP FUNCTION IF EXISTS django_jobs_member_moved();
 DROP FUNCTION IF EXISTS django_jobs_barrier_reopened(bigint, bigint);

@@ -73,9 +73,19 @@ KEY_HOLDERS = (
 
 # ---- an operator cancels a workflow -------------------------------------------------------
 
-# Running members first: their executions learn of it from their heartbeats and end cancelled.
-# Then the members not started, at once. (Running rows are locked first, before any barrier:
-# an outcome written meanwhile waits on its job's row, never on a barrier this holds.)
+# Every member not ended is locked first, in id order, whatever its status: a worker's claim
+# skips a locked row, and an outcome waits for it. The two statements that follow then read the
+# members as they stay until the commit; without the locks, a member claimed between them would
+# be neither a pending one to cancel (the second saw it running) nor a running one to stop (the
+# first saw it pending). (Job rows are locked before any barrier: an outcome written meanwhile
+# waits on its job's row, never on a barrier this holds.)
+_LOCK_MEMBERS = """
+SELECT id FROM django_jobs_job
+WHERE workflow_id = %(workflow)s AND status IN ('pending', 'waiting', 'running')
+ORDER BY id FOR UPDATE
+"""
+# Running members: their executions learn of it from their heartbeats and end cancelled.
+# Then the members not started, at once.
 _CANCEL_RUNNING_MEMBERS = """
 WITH marked AS (
     UPDATE django_jobs_job SET cancel_requested_at = now()
@@ -113,6 +123,7 @@ def cancel_workflow(workflow_id: int, *, actor: str | None, reason: str | None) 
     params = {"workflow": workflow_id, "actor": actor, "reason": reason}
     alias = jobs_settings.DATABASE
     with transaction.atomic(using=alias), connections[alias].cursor() as cursor:
+        cursor.execute(_LOCK_MEMBERS, params)
         cursor.execute(_CANCEL_RUNNING_MEMBERS, params)
         (requested,) = cursor.fetchone()
         cursor.execute(_CANCEL_WAITING_MEMBERS, params)

@@ -14,7 +14,7 @@ from testproject.demo.models import Invoice, SentEmail
 DEMO_BACKOFF = Backoff(base=0.2, cap=2.0, jitter=0.25)
 
 
-@job("demo.send_welcome_email", queue="emails", backoff=DEMO_BACKOFF, sla=300)
+@job("demo.send_welcome_email", queue="emails", backoff=DEMO_BACKOFF, sla=300, external=True)
 def send_welcome_email(ctx: JobContext, payload: dict[str, Any]) -> None:
     """Succeeds. The effect is recorded with its key in the same transaction, so a second run
     skips it; the UNIQUE constraint on SentEmail would stop a second row anyway. It should start
@@ -24,13 +24,13 @@ def send_welcome_email(ctx: JobContext, payload: dict[str, Any]) -> None:
             SentEmail.objects.create(user_id=payload["user_id"], kind="welcome")
 
 
-@job("demo.sync_crm_contact", queue="integrations", backoff=DEMO_BACKOFF)
+@job("demo.sync_crm_contact", queue="integrations", backoff=DEMO_BACKOFF, external=True)
 def sync_crm_contact(ctx: JobContext, payload: dict[str, Any]) -> None:
     """A flaky provider: answers 503 a few times, then succeeds."""
     call_provider(ctx, f"/operations/crm-{payload['contact_id']}?fail=2&status=503", payload)
 
 
-@job("demo.charge_invoice", queue="integrations", backoff=DEMO_BACKOFF)
+@job("demo.charge_invoice", queue="integrations", backoff=DEMO_BACKOFF, external=True)
 def charge_invoice(ctx: JobContext, payload: dict[str, Any]) -> None:
     """A rate-limited provider: answers 429 with Retry-After: 1 once, then succeeds.
 
@@ -51,7 +51,7 @@ def charge_invoice(ctx: JobContext, payload: dict[str, Any]) -> None:
         raise SkipJob(f"invoice {number} no longer exists")
 
 
-@job("demo.generate_report", queue="reports", backoff=DEMO_BACKOFF, sensitive=("recipient",))
+@job("demo.generate_report", queue="reports", backoff=DEMO_BACKOFF, sensitive=("recipient",), external=False)
 def generate_report(ctx: JobContext, payload: dict[str, Any]) -> None:
     """Validates its payload: a bad one fails permanently, without retries."""
     report_id = payload.get("report_id")
@@ -62,14 +62,14 @@ def generate_report(ctx: JobContext, payload: dict[str, Any]) -> None:
     ctx.progress(1, 1)
 
 
-@job("demo.import_legacy_file", queue="reports", max_attempts=3, backoff=DEMO_BACKOFF)
+@job("demo.import_legacy_file", queue="reports", max_attempts=3, backoff=DEMO_BACKOFF, external=False)
 def import_legacy_file(ctx: JobContext, payload: dict[str, Any]) -> None:
     """A poison job: crashes on every attempt and must end failed, not cycle forever."""
     rows = payload["rows"]
     _ = rows[0]["amount"] / rows[0]["quantity"]  # ZeroDivisionError: the file is corrupt
 
 
-@job("demo.nightly_report", queue="reports", schedule="0 3 * * *", tz="Europe/Moscow")
+@job("demo.nightly_report", queue="reports", schedule="0 3 * * *", tz="Europe/Moscow", external=False)
 def nightly_report(ctx: JobContext, payload: dict[str, Any]) -> None:
     """Periodic: every `runjobs` fires it once a night at 03:00 Moscow time, however many run
     (the demo's `--burst` workers fire no schedule, so the demo still settles)."""

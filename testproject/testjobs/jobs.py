@@ -29,7 +29,7 @@ from testproject.testjobs.models import BusinessRow, EffectLog, KeyedRun
 FAST = Backoff(base=0.05, cap=0.2, jitter=0.5)
 
 
-@job("test.noop")
+@job("test.noop", external=False)
 def noop(ctx: JobContext, payload: dict[str, Any]) -> None:
     pass
 
@@ -40,47 +40,47 @@ def noop_external(ctx: JobContext, payload: dict[str, Any]) -> None:
     check before each start costs (bench/drain.py --type)."""
 
 
-@job("test.record", backoff=FAST)
+@job("test.record", backoff=FAST, external=False)
 def record(ctx: JobContext, payload: dict[str, Any]) -> None:
     """Writes one business row keyed by the payload; a second write violates UNIQUE."""
     BusinessRow.objects.create(key=payload["key"], job_id=ctx.job_id, execution_id=ctx.execution_id)
 
 
-@job("test.flaky", backoff=FAST)
+@job("test.flaky", backoff=FAST, external=False)
 def flaky(ctx: JobContext, payload: dict[str, Any]) -> None:
     """Fails with a retryable error until attempt number payload["succeed_on"]."""
     if ctx.attempt < payload["succeed_on"]:
         raise RetryableError(f"temporary failure on attempt {ctx.attempt}", code="PROVIDER_5XX")
 
 
-@job("test.permanent")
+@job("test.permanent", external=False)
 def permanent(ctx: JobContext, payload: dict[str, Any]) -> None:
     raise PermanentError("the account does not exist", code="ENTITY_NOT_FOUND")
 
 
-@job("test.coded_by_id")
+@job("test.coded_by_id", external=False)
 def coded_by_id(ctx: JobContext, payload: dict[str, Any]) -> None:
     """A handler that names the failing entity in its error code: a new code for every job."""
     raise PermanentError("no such order", code=f"ORDER_{ctx.job_id}_NOT_FOUND")
 
 
-@job("test.poison", max_attempts=3, backoff=FAST)
+@job("test.poison", max_attempts=3, backoff=FAST, external=False)
 def poison(ctx: JobContext, payload: dict[str, Any]) -> None:
     raise ZeroDivisionError("division by zero in a corrupt file")
 
 
-@job("test.skip")
+@job("test.skip", external=False)
 def skip(ctx: JobContext, payload: dict[str, Any]) -> None:
     raise SkipJob("the document was deleted")
 
 
-@job("test.rate_limited", backoff=FAST)
+@job("test.rate_limited", backoff=FAST, external=False)
 def rate_limited(ctx: JobContext, payload: dict[str, Any]) -> None:
     if ctx.attempt == 1:
         raise RateLimitedError("slow down", retry_after=payload["retry_after"])
 
 
-@job("test.leaky")
+@job("test.leaky", external=False)
 def leaky(ctx: JobContext, payload: dict[str, Any]) -> None:
     """Raises an error whose text carries secrets, as HTTP clients' errors often do."""
     raise PermissionError(
@@ -89,7 +89,7 @@ def leaky(ctx: JobContext, payload: dict[str, Any]) -> None:
     )
 
 
-@job("test.in_transaction")
+@job("test.in_transaction", external=False)
 def in_transaction(ctx: JobContext, payload: dict[str, Any]) -> None:
     """Records whether the handler was started inside a transaction."""
     BusinessRow.objects.create(
@@ -99,7 +99,7 @@ def in_transaction(ctx: JobContext, payload: dict[str, Any]) -> None:
     )
 
 
-@job("test.sleep", backoff=FAST)
+@job("test.sleep", backoff=FAST, external=False)
 def sleep(ctx: JobContext, payload: dict[str, Any]) -> None:
     time.sleep(payload.get("seconds", 0.1))
 
@@ -107,7 +107,7 @@ def sleep(ctx: JobContext, payload: dict[str, Any]) -> None:
 VERSIONED_UPCASTERS = {1: lambda p: {**p, "v2": True}, 2: lambda p: {**p, "v3": True}}
 
 
-@job("test.versioned", version=3, upcasters=VERSIONED_UPCASTERS)
+@job("test.versioned", version=3, upcasters=VERSIONED_UPCASTERS, external=False)
 def versioned(ctx: JobContext, payload: dict[str, Any]) -> None:
     BusinessRow.objects.create(
         key=f"versioned:{ctx.job_id}:{sorted(payload)}", job_id=ctx.job_id, execution_id=ctx.execution_id
@@ -124,7 +124,7 @@ def _mark(ctx: JobContext, label: str) -> None:
     )
 
 
-@job("test.long", backoff=FAST)
+@job("test.long", backoff=FAST, external=False)
 def long(ctx: JobContext, payload: dict[str, Any]) -> None:
     """Marks its start, works for payload["seconds"] in small steps, then marks its end."""
     _mark(ctx, "started")
@@ -135,7 +135,7 @@ def long(ctx: JobContext, payload: dict[str, Any]) -> None:
     _mark(ctx, "finished")
 
 
-@job("test.checkpointed", backoff=FAST)
+@job("test.checkpointed", backoff=FAST, external=False)
 def checkpointed(ctx: JobContext, payload: dict[str, Any]) -> None:
     """Processes payload["steps"] steps, one business row each, resuming from its checkpoint."""
     start = ctx.checkpoint["next"] if ctx.checkpoint else 0
@@ -150,7 +150,7 @@ def checkpointed(ctx: JobContext, payload: dict[str, Any]) -> None:
         time.sleep(payload.get("pause", 0.05))
 
 
-@job("test.beating_forever", timeout=0.5, backoff=FAST, max_attempts=2)
+@job("test.beating_forever", timeout=0.5, backoff=FAST, max_attempts=2, external=False)
 def beating_forever(ctx: JobContext, payload: dict[str, Any]) -> None:
     """Beats diligently but never finishes: its deadline must stop it."""
     while True:
@@ -158,7 +158,7 @@ def beating_forever(ctx: JobContext, payload: dict[str, Any]) -> None:
         time.sleep(0.02)
 
 
-@job("test.runaway", timeout=0.3, backoff=FAST)
+@job("test.runaway", timeout=0.3, backoff=FAST, external=False)
 def runaway(ctx: JobContext, payload: dict[str, Any]) -> None:
     """Ignores its deadline entirely (a hung call): the heartbeat must stop covering it."""
     _mark(ctx, "started")
@@ -173,7 +173,7 @@ def unsafe(ctx: JobContext, payload: dict[str, Any]) -> None:
     time.sleep(payload.get("seconds", 0))
 
 
-@job("test.chaos", backoff=FAST, max_attempts=50)
+@job("test.chaos", backoff=FAST, max_attempts=50, external=False)
 def chaos(ctx: JobContext, payload: dict[str, Any]) -> None:
     """One business row per job, protected by UNIQUE: a re-run after a crash is a no-op."""
     time.sleep(payload.get("pause", 0.01))
@@ -186,7 +186,7 @@ def chaos(ctx: JobContext, payload: dict[str, Any]) -> None:
         pass  # an earlier execution already did it; completing is what is left to do
 
 
-@job("test.statement_timeout")
+@job("test.statement_timeout", external=False)
 def statement_timeout(ctx: JobContext, payload: dict[str, Any]) -> str:
     """Returns the statement_timeout of the connection handlers use."""
     with connection.cursor() as cursor:
@@ -194,7 +194,7 @@ def statement_timeout(ctx: JobContext, payload: dict[str, Any]) -> str:
         return str(cursor.fetchone()[0])
 
 
-@job("test.cancelled_query", max_attempts=1)
+@job("test.cancelled_query", max_attempts=1, external=False)
 def cancelled_query(ctx: JobContext, payload: dict[str, Any]) -> None:
     """A query the database cancels (``statement_timeout``): an OperationalError on a connection
     that stays sound, so the handler's own failure and not an outage."""
@@ -203,7 +203,7 @@ def cancelled_query(ctx: JobContext, payload: dict[str, Any]) -> None:
         cursor.execute("SELECT pg_sleep(1)")
 
 
-@job("test.traced", backoff=Backoff(base=0.05, cap=0.05, jitter=0), max_attempts=5)
+@job("test.traced", backoff=Backoff(base=0.05, cap=0.05, jitter=0), max_attempts=5, external=False)
 def traced(ctx: JobContext, payload: dict[str, Any]) -> None:
     """Works inside a span of its own (under its execution's), for ``payload["pause"]`` seconds,
     and fails with a retryable error, whose text holds a secret, until attempt
@@ -221,7 +221,7 @@ def traced(ctx: JobContext, payload: dict[str, Any]) -> None:
             )
 
 
-@job("test.tells_sentry")
+@job("test.tells_sentry", external=False)
 def tells_sentry(ctx: JobContext, payload: dict[str, Any]) -> None:
     """Reports a message to Sentry from inside the handler, as a handler's own error report would."""
     import sentry_sdk
@@ -229,7 +229,7 @@ def tells_sentry(ctx: JobContext, payload: dict[str, Any]) -> None:
     sentry_sdk.capture_message("the warehouse is short of stock")
 
 
-@job("test.counted", backoff=FAST, max_attempts=50)
+@job("test.counted", backoff=FAST, max_attempts=50, external=False)
 def counted(ctx: JobContext, payload: dict[str, Any]) -> None:
     """Counts its executions outside the database, a line each in the file payload["log"]:
     a worker cut off from the database still counts what it ran."""
@@ -258,7 +258,7 @@ def _crash_here(ctx: JobContext, payload: dict[str, Any], point: str) -> None:
         os.kill(os.getpid(), signal.SIGKILL)
 
 
-@job("test.invoice", backoff=FAST)
+@job("test.invoice", backoff=FAST, external=False)
 def invoice(ctx: JobContext, payload: dict[str, Any]) -> None:
     """A database-local effect recorded with a processed-effect key in the same transaction."""
     _crash_here(ctx, payload, "before_effect")
@@ -268,7 +268,7 @@ def invoice(ctx: JobContext, payload: dict[str, Any]) -> None:
     _crash_here(ctx, payload, "after_effect")
 
 
-@job("test.charge", backoff=FAST)
+@job("test.charge", backoff=FAST, external=True)
 def charge(ctx: JobContext, payload: dict[str, Any]) -> None:
     """An external effect made idempotent by a stable Idempotency-Key."""
     _crash_here(ctx, payload, "before_effect")
@@ -298,7 +298,7 @@ def unsafe_send(ctx: JobContext, payload: dict[str, Any]) -> None:
     raise RetryableError("no answer after sending the transfer", code="NETWORK_TIMEOUT")
 
 
-@job("test.lease_only", heartbeat=False, lease_timeout=0.3, max_attempts=1)
+@job("test.lease_only", heartbeat=False, lease_timeout=0.3, max_attempts=1, external=False)
 def lease_only(ctx: JobContext, payload: dict[str, Any]) -> None:
     """Runs on its lease alone (no heartbeat): it must finish within lease_timeout."""
     time.sleep(payload["seconds"])
@@ -307,7 +307,7 @@ def lease_only(ctx: JobContext, payload: dict[str, Any]) -> None:
 # ---- hostile handlers: whatever they do, the worker holds --------------------------------------
 
 
-@job("test.async", backoff=FAST)
+@job("test.async", backoff=FAST, external=False)
 async def async_handler(ctx: JobContext, payload: dict[str, Any]) -> None:
     """Written `async def`: it must run, not be marked completed unawaited."""
     await asyncio.sleep(0.01)
@@ -347,13 +347,13 @@ def _hostile_exception(kind: str) -> BaseException:
     }[kind]
 
 
-@job("test.hostile", backoff=FAST, max_attempts=3)
+@job("test.hostile", backoff=FAST, max_attempts=3, external=False)
 def hostile(ctx: JobContext, payload: dict[str, Any]) -> None:
     """Raises the hostile exception its payload names, on every attempt."""
     raise _hostile_exception(payload["kind"])
 
 
-@job("test.hostile_once", backoff=Backoff(base=60, cap=60, jitter=0), max_attempts=3)
+@job("test.hostile_once", backoff=Backoff(base=60, cap=60, jitter=0), max_attempts=3, external=False)
 def hostile_once(ctx: JobContext, payload: dict[str, Any]) -> None:
     """As test.hostile, with a retry a minute later: a test sees exactly one attempt."""
     raise _hostile_exception(payload["kind"])
@@ -363,28 +363,28 @@ def hostile_once(ctx: JobContext, payload: dict[str, Any]) -> None:
 UNBLOCK = threading.Event()
 
 
-@job("test.blocked", priority=10)
+@job("test.blocked", priority=10, external=False)
 def blocked(ctx: JobContext, payload: dict[str, Any]) -> None:
     """Stuck in a call without a timeout (until the test unblocks it)."""
     _mark(ctx, "started")
     UNBLOCK.wait(payload.get("seconds", 60))
 
 
-@job("test.hung", timeout=0.3, backoff=FAST, max_attempts=2)
+@job("test.hung", timeout=0.3, backoff=FAST, max_attempts=2, external=False)
 def hung(ctx: JobContext, payload: dict[str, Any]) -> None:
     """Ignores its deadline in a call without a timeout."""
     _mark(ctx, "started")
     UNBLOCK.wait(payload.get("seconds", 60))
 
 
-@job("test.cancel_then_fail", backoff=FAST)
+@job("test.cancel_then_fail", backoff=FAST, external=False)
 def cancel_then_fail(ctx: JobContext, payload: dict[str, Any]) -> None:
     """An operator asks to cancel while the job runs; the job then fails with a retryable error."""
     cancel(ctx.job_id, actor="ops", reason="stop it")
     raise RetryableError("the provider is down", code="PROVIDER_5XX")
 
 
-@job("test.quiet_long", heartbeat=False, lease_timeout=30)
+@job("test.quiet_long", heartbeat=False, lease_timeout=30, external=False)
 def quiet_long(ctx: JobContext, payload: dict[str, Any]) -> None:
     """Runs on its lease alone, and stops when cancelled."""
     _mark(ctx, "started")
@@ -395,7 +395,7 @@ def quiet_long(ctx: JobContext, payload: dict[str, Any]) -> None:
     _mark(ctx, "finished")
 
 
-@job("test.atomic_side_writes", backoff=FAST)
+@job("test.atomic_side_writes", backoff=FAST, external=False)
 def atomic_side_writes(ctx: JobContext, payload: dict[str, Any]) -> None:
     """Reports progress and a checkpoint from inside its own transaction, then works on."""
     with transaction.atomic():
@@ -408,7 +408,7 @@ def atomic_side_writes(ctx: JobContext, payload: dict[str, Any]) -> None:
         time.sleep(payload["seconds"])
 
 
-@job("test.deadline", timeout=120)
+@job("test.deadline", timeout=120, external=False)
 def deadline(ctx: JobContext, payload: dict[str, Any]) -> None:
     """Records the deadline it was given (in the database's time)."""
     assert ctx.deadline is not None
@@ -416,7 +416,7 @@ def deadline(ctx: JobContext, payload: dict[str, Any]) -> None:
     BusinessRow.objects.create(key=key, job_id=ctx.job_id, execution_id=ctx.execution_id)
 
 
-@job("test.db_user", backoff=FAST, max_attempts=3)
+@job("test.db_user", backoff=FAST, max_attempts=3, external=False)
 def db_user(ctx: JobContext, payload: dict[str, Any]) -> None:
     """A short job that needs the database: a crowded server refuses it. Idempotent: an
     execution whose outcome was lost with the connection runs again, and writes nothing new."""
@@ -427,7 +427,7 @@ def db_user(ctx: JobContext, payload: dict[str, Any]) -> None:
         time.sleep(payload.get("pause", 0.01))
 
 
-@job("test.effect_row", backoff=FAST, max_attempts=50)
+@job("test.effect_row", backoff=FAST, max_attempts=50, external=False)
 def effect_row(ctx: JobContext, payload: dict[str, Any]) -> None:
     """A business row written once through ctx.effect, the row itself UNIQUE as a witness."""
     time.sleep(payload.get("pause", 0.01))
@@ -438,14 +438,14 @@ def effect_row(ctx: JobContext, payload: dict[str, Any]) -> None:
             )
 
 
-@job("test.sleep_forever", timeout=2, backoff=FAST, max_attempts=2)
+@job("test.sleep_forever", timeout=2, backoff=FAST, max_attempts=2, external=False)
 def sleep_forever(ctx: JobContext, payload: dict[str, Any]) -> None:
     """Stuck for good in a call that ignores everything: only a killed process stops it."""
     _mark(ctx, "started")
     time.sleep(10**6)
 
 
-@job("test.kills_its_process", backoff=FAST)
+@job("test.kills_its_process", backoff=FAST, external=False)
 def kills_its_process(ctx: JobContext, payload: dict[str, Any]) -> None:
     """Dies like a segfault or the OOM killer would kill it, on its first attempt."""
     if ctx.attempt == 1:
@@ -453,7 +453,7 @@ def kills_its_process(ctx: JobContext, payload: dict[str, Any]) -> None:
     _mark(ctx, "survived")
 
 
-@job("test.bad_reports", backoff=FAST)
+@job("test.bad_reports", backoff=FAST, external=False)
 def bad_reports(ctx: JobContext, payload: dict[str, Any]) -> None:
     """Saves a checkpoint (and reports progress) the database could not store as given."""
     if payload["what"] == "checkpoint":
@@ -464,12 +464,18 @@ def bad_reports(ctx: JobContext, payload: dict[str, Any]) -> None:
         ctx.progress(math.nan if payload["bad"] == "nan" else "half", 10)
 
 
-@job("test.payment", sensitive=("card", "cvc"))
+@job("test.payment", sensitive=("card", "cvc"), external=False)
 def payment(ctx: JobContext, payload: dict[str, Any]) -> None:
     """Carries a card in its payload: the console masks it for people without the permission."""
 
 
-@job("test.keyed", backoff=FAST, concurrency_key=lambda payload: payload.get("key"), concurrency_limit=2)
+@job(
+    "test.keyed",
+    backoff=FAST,
+    concurrency_key=lambda payload: payload.get("key"),
+    concurrency_limit=2,
+    external=False,
+)
 def keyed(ctx: JobContext, payload: dict[str, Any]) -> None:
     """At most two per key at once; records when it ran, for the tests to count overlaps."""
     started = time.time()
@@ -477,12 +483,12 @@ def keyed(ctx: JobContext, payload: dict[str, Any]) -> None:
     KeyedRun.objects.create(key=payload["key"], job_id=ctx.job_id, started=started, finished=time.time())
 
 
-@job("test.keyed_once", backoff=FAST)
+@job("test.keyed_once", backoff=FAST, external=False)
 def keyed_once(ctx: JobContext, payload: dict[str, Any]) -> None:
     """No key of its own: enqueue() gives one, and the default limit of one applies."""
 
 
-@job("test.rated", rate_limit="20/s")
+@job("test.rated", rate_limit="20/s", external=False)
 def rated(ctx: JobContext, payload: dict[str, Any]) -> None:
     """At most 20 starts in any second, across all workers."""
 
@@ -534,7 +540,7 @@ def marked_reconciled(ctx: JobContext, payload: dict[str, Any]) -> None:
     _marked_charge(ctx, payload)
 
 
-@job("test.ticked")
+@job("test.ticked", external=False)
 def ticked(ctx: JobContext, payload: dict[str, Any]) -> None:
     """Fired by the schedules of the scheduling tests; the tick rows and jobs are the record."""
     if payload.get("sleep"):
@@ -582,7 +588,7 @@ def provider_notice(ctx: JobContext, payload: dict[str, Any]) -> None:
     _provider_call(ctx, payload)
 
 
-@job("test.step", backoff=FAST)
+@job("test.step", backoff=FAST, external=False)
 def step(ctx: JobContext, payload: dict[str, Any]) -> Any:
     """A workflow's step: one business row per key (a re-run after a crash adds none), fails
     when told, and returns what it was given plus what the step before it returned
@@ -596,7 +602,7 @@ def step(ctx: JobContext, payload: dict[str, Any]) -> Any:
     return {"n": payload.get("n"), "parent": parent}
 
 
-@job("test.summarise", backoff=FAST)
+@job("test.summarise", backoff=FAST, external=False)
 def summarise(ctx: JobContext, payload: dict[str, Any]) -> dict[str, Any]:
     """A workflow's callback: one business row, and the summary of the jobs it waited for and
     how many results it read."""

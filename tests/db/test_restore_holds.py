@@ -7,9 +7,11 @@ from __future__ import annotations
 import logging
 import time
 import uuid
+from collections.abc import Iterator
 from datetime import timedelta
 from io import StringIO
 from pathlib import Path
+from typing import Any
 
 import psycopg
 import pytest
@@ -18,11 +20,14 @@ from django.core.management.base import CommandError
 from django.db import connection
 from django.db.models.functions import Now
 
+from django_jobs import JobContext, job
 from django_jobs.console import restore_holds
 from django_jobs.decision import Happened
 from django_jobs.maintenance.rescuer import recover
 from django_jobs.models import DatabaseIdentity, Job, JobEvent, RestoreHold
+from django_jobs.registry import registry
 from django_jobs.restoring import Seen
+from django_jobs.runtime.pool import Held
 from django_jobs.runtime.restore_watch import RECHECK
 from django_jobs.runtime.worker import Worker
 from django_jobs.states import JobStatus
@@ -167,8 +172,8 @@ def test_a_job_claimed_before_the_hold_opened_is_given_back_unstarted() -> None:
     claimed = claim(worker._producer.statement, 10)
     assert [c.id for c in claimed] == [outside.id]
     restore_holds.declare(actor="ops", reason="restored last night's backup")
-    # Before the heartbeat's next look: the execution asks the database itself.
-    finished = worker._execute(claimed[0], worker._producer.lease_for(claimed[0]))
+    # Before the heartbeat's next look: the slot asks the database itself, before it starts it.
+    finished = worker._pool._start(0, Held(claimed[0], worker._producer.lease_for(claimed[0])))
     assert finished.happened is Happened.NOT_STARTED
     assert worker._restore_watch.held  # and the worker's claims leave such jobs alone from now on
 
@@ -206,7 +211,9 @@ def test_declare_and_release_are_recorded_with_who_and_why() -> None:
     assert released.hold_id == hold_id
     hold.refresh_from_db()
     assert (hold.released_by, hold.release_reason) == ("lead", "providers checked") and hold.released_at
-    assert hold.settled == {"to_reconcile": 0, "to_review": 0, "running": 0, "done": 0, "not_done": 0}
+    assert hold.settled == {
+        "to_reconcile": 0, "to_review": 0, "running": 0, "done": 0, "not_done": 0, "waiting": 0,
+    }  # fmt: skip
     with pytest.raises(ActionRefused, match="no restore hold is open"):
         restore_holds.release(actor="lead", reason="twice")
     assert RestoreHold.objects.count() == 1
@@ -237,7 +244,7 @@ def test_release_settles_the_jobs_the_hold_kept_and_nothing_else(tmp_path: Path)
 
     assert released.settled == restore_release.Settled(to_reconcile=1, to_review=1, running=2)
     assert RestoreHold.objects.get(id=hold_id).settled == {
-        "to_reconcile": 1, "to_review": 1, "running": 2, "done": 0, "not_done": 0,
+        "to_reconcile": 1, "to_review": 1, "running": 2, "done": 0, "not_done": 0, "waiting": 0,
     }  # fmt: skip
     rows = {j.id: j for j in Job.objects.all()}
     assert (rows[charge.id].status, rows[charge.id].last_error_code) == ("pending", "RESTORED")
@@ -333,7 +340,7 @@ def test_the_operator_answers_for_jobs_they_checked_with_the_provider() -> None:
     )  # fmt: skip
     assert resolved.details["answer"] == "done" and "provider dashboard checked" in resolved.reason
     assert RestoreHold.objects.get(id=hold_id).settled == {
-        "to_reconcile": 0, "to_review": 1, "running": 0, "done": 1, "not_done": 1,
+        "to_reconcile": 0, "to_review": 1, "running": 0, "done": 1, "not_done": 1, "waiting": 0,
     }  # fmt: skip
 
 
@@ -346,7 +353,7 @@ def test_an_answer_for_a_job_the_hold_does_not_keep_refuses_the_whole_release() 
     cases = [
         ([str(held.id), "999999999"], "no job 999999999"),
         ([str(inside.id)], f"job {inside.id} is not held: its type test.noop acts inside the database"),
-        ([str(running.id)], f"job {running.id} is running, not pending"),
+        ([str(running.id)], f"job {running.id} is running: only a job not started"),
         ([str(later.id)], f"job {later.id} is not held: it was enqueued after restore hold {hold_id} opened"),
     ]
     for ids, message in cases:
@@ -453,3 +460,34 @@ def test_checkjobs_names_an_open_hold_as_critical() -> None:
 def test_seen_is_what_the_worker_remembers() -> None:
     found = restore.look(None, "w1")
     assert isinstance(found.seen, Seen) and found.seen.generation == record().generation
+
+
+@pytest.fixture
+def silent_type() -> Iterator[str]:
+    """A type that says nothing of where its effects are (it might call a provider)."""
+
+    @job("test.says_nothing")
+    def says_nothing(ctx: JobContext, payload: dict[str, Any]) -> None:
+        pass
+
+    yield "test.says_nothing"
+    registry.unregister("test.says_nothing")
+
+
+def test_a_type_that_does_not_say_where_its_effects_are_is_held_as_if_external(silent_type: str) -> None:
+    silent = JobFactory(type=silent_type, payload={})
+    inside = JobFactory(type="test.noop")  # declared external=False
+    hold_id = open_hold_after(silent, inside)
+    assert silent_type in restore_holds.outside_types()
+    out = StringIO()
+    call_command("jobsrestore", stdout=out)
+    assert silent_type in out.getvalue() and f"{silent_type}: 1 pending" in out.getvalue()
+    worker = run_worker()
+    assert silent_type in worker._restore_watch.outside
+    assert Job.objects.get(id=inside.id).status == JobStatus.COMPLETED
+    held = Job.objects.get(id=silent.id)
+    assert (held.status, held.attempts) == (JobStatus.PENDING, 0)
+    restore_holds.release(actor="ops", reason="checked: nothing sent after the restore point")
+    # It cannot reconcile: parked for a person, never run blind.
+    assert Job.objects.get(id=silent.id).status == JobStatus.NEEDS_REVIEW
+    assert RestoreHold.objects.get(id=hold_id).settled["to_review"] == 1

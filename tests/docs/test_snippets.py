@@ -106,7 +106,9 @@ def test_settings_block_passes_the_system_checks(block: Block) -> None:
     jobs_settings = namespace.get("DJANGO_JOBS")
     if jobs_settings is not None:
         with override_settings(DJANGO_JOBS=jobs_settings):
-            problems = [m for m in run_checks() if m.id and m.id.startswith("django_jobs.")]
+            # W008 is about job types (those other tests register for themselves), not settings.
+            found = [m for m in run_checks() if m.id and m.id.startswith("django_jobs.")]
+            problems = [m for m in found if m.id != "django_jobs.W008"]
         assert not problems, f"{block}: {problems}"
 
 

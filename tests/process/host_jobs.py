@@ -16,7 +16,7 @@ from testproject.testjobs.models import EffectLog
 from tests.process.hosts import HOST_VARIABLE
 
 
-@job("hosts.counted_effect", backoff=Backoff(base=0.05, cap=0.2, jitter=0.5), max_attempts=50)
+@job("hosts.counted_effect", backoff=Backoff(base=0.05, cap=0.2, jitter=0.5), max_attempts=50, external=False)
 def counted_effect(ctx: JobContext, payload: dict[str, Any]) -> None:
     """Counts its start in a file of its host, works for ``payload["pause"]`` seconds, then makes
     its business effect through the effect ledger.

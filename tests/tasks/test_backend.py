@@ -22,7 +22,7 @@ from django_jobs.tasks_framework import api as taskapi
 from django_jobs.tasks_framework.backend import JobsBackend
 from django_jobs.testing import run_jobs, run_one, run_until_settled
 from django_jobs.transitions import cancel
-from django_jobs.transitions.operator import manual_retry
+from django_jobs.transitions.manual_retry import manual_retry
 from testproject.testjobs import tasks
 from testproject.testjobs.models import BusinessRow
 

@@ -11,10 +11,12 @@ from django_jobs import (
     JobContext,
     PermanentError,
     RateLimitedError,
+    Reconciliation,
     RetryableError,
     SkipJob,
     job,
 )
+from django_jobs.checks import check_effects_declared
 from django_jobs.errors import OutcomeKind, classify
 from django_jobs.registry import AlreadyRegistered, InvalidHandler, registry
 
@@ -269,3 +271,64 @@ def test_the_public_exceptions_the_rules_name_are_those_the_package_exports() ->
     names = {name: getattr(django_jobs, name) for name in django_jobs.__all__}
     exported = {name for name, it in names.items() if isinstance(it, type) and issubclass(it, BaseException)}
     assert exported == PUBLIC_EXCEPTIONS
+
+
+# ---- where a type's effects are: external --------------------------------------------------------
+
+
+def _noop(ctx: JobContext, payload: dict[str, Any]) -> None: ...
+
+
+def _found(ctx: JobContext, payload: dict[str, Any]) -> Reconciliation:
+    return Reconciliation.DONE
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "outside", "says"),
+    [
+        ({}, True, False),  # says nothing: unknown means outside
+        ({"external": True}, True, True),
+        ({"external": False}, False, True),
+        ({"external_calls": ("charge",)}, True, True),
+        ({"reconcile": _found}, True, True),
+        ({"on_lost": "needs_review"}, True, True),
+    ],
+    ids=["nothing", "external", "inside", "external_calls", "reconcile", "needs_review"],
+)
+def test_only_a_type_that_says_its_effects_stay_in_the_database_runs_through_a_restore_hold(
+    scratch_names: list[str], kwargs: dict[str, Any], outside: bool, says: bool
+) -> None:
+    scratch_names.append("scratch.effects")
+    job("scratch.effects", **kwargs)(_noop)
+    job_type = registry.get("scratch.effects")
+    assert job_type is not None
+    assert (job_type.acts_outside, job_type.says_where_effects_are) == (outside, says)
+    found = [m for m in check_effects_declared() if "'scratch.effects'" in m.msg]
+    assert [m.id for m in found] == ([] if says else ["django_jobs.W008"])
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "named"),
+    [
+        ({"external_calls": ("charge",)}, "external_calls"),
+        ({"reconcile": _found}, "reconcile"),
+        ({"on_lost": "needs_review"}, 'on_lost="needs_review"'),
+    ],
+)
+def test_external_false_beside_what_says_the_type_acts_outside_is_refused(
+    kwargs: dict[str, Any], named: str
+) -> None:
+    said = f"external=False says every effect stays in the database, but {named}"
+    with pytest.raises(ValueError, match=said):
+        job("scratch.contradiction", external=False, **kwargs)(_noop)
+    assert registry.get("scratch.contradiction") is None
+
+
+def test_the_project_and_the_apps_types_all_say_where_their_effects_are() -> None:
+    # The quickstart's charge says it calls a provider; the library's own types, that they
+    # write only this database. (Types a test registers for itself are not the project's.)
+    ours = ("django_jobs.", "testproject.")
+    named = [m.msg for m in check_effects_declared() if getattr(m.obj, "__module__", "").startswith(ours)]
+    assert named == []
+    charge = registry.get("shop.charge_order")
+    assert charge is not None and charge.external is True and charge.acts_outside

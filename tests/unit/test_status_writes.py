@@ -264,17 +264,20 @@ ARROWS = {
     ("transitions/outcomes.py", "_WRITE_OUTCOMES"): "o.status",
     ("transitions/recovery.py", "_RECOVER"): "d.status",
     ("transitions/operator.py", "_CANCEL_PENDING"): "'cancelled'",
-    ("transitions/operator.py", "_MANUAL_RETRY"): "'pending'",
+    # Pending, or waiting for a workflow's step whose barrier is closed (its gate's).
+    ("transitions/manual_retry.py", "_MANUAL_RETRY"): "CASE",
     ("transitions/operator.py", "_RESOLVE"): "%(to)s",
     # A workflow's jobs are born pending or waiting; an operator cancels what has not started.
     ("transitions/workflows.py", "_INSERT_MEMBERS"): "r.status",
     ("transitions/workflows.py", "_CANCEL_WAITING_MEMBERS"): "'cancelled'",
-    # The triggers of a member's end: a waiting step made due ('pending') or stopped
+    # The triggers of a member's end: a waiting step made due ('pending', or 'needs_review' for a
+    # step a restore hold's release settled whose type cannot reconcile) or stopped
     # ('cancelled', the last of the statement's writes), a stopped one waiting again.
     ("transitions/workflow_triggers.py", "_OPEN"): "'cancelled'",
     ("transitions/workflow_triggers.py", "_REOPENED"): "'waiting'",
-    # A restore hold's release: pending stays pending, is parked, or (found done) parked and resolved.
-    ("transitions/restore_release.py", "_SETTLE_PENDING"): "CASE",
+    # A restore hold's release: pending stays pending, is parked, or (found done) parked and
+    # resolved; a waiting step keeps waiting (its barrier parks it once due if it cannot reconcile).
+    ("transitions/restore_release.py", "_SETTLE_NOT_STARTED"): "CASE",
 }
 
 

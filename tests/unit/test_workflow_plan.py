@@ -50,12 +50,14 @@ def test_where_a_waiting_step_goes_once_the_jobs_it_waits_for_ended(
 
 def test_the_table_is_complete_and_every_way_out_of_waiting_is_an_arrow() -> None:
     assert set(WHEN_ENDED) == {(c, f) for c in (SUCCEEDED, FAILED, ENDED) for f in (False, True)}
-    # Out of waiting: due (pending) or cancelled (stopped, or by an operator); nothing else. A
-    # waiting job never runs, completes or fails without becoming pending first.
-    assert TRANSITIONS[JobStatus.WAITING] == {JobStatus.PENDING, JobStatus.CANCELLED}
-    # Into waiting: born so, or a stopped step resumed (cancelled → waiting) by a retry.
+    # Out of waiting: due (pending) or cancelled (stopped, or by an operator), or parked for a
+    # person (a step a restore hold's release settled); nothing else. A waiting job never runs,
+    # completes or fails without becoming pending first, or a person's review.
+    assert TRANSITIONS[JobStatus.WAITING] == {JobStatus.PENDING, JobStatus.CANCELLED, JobStatus.NEEDS_REVIEW}
+    # Into waiting: born so, a stopped step resumed (cancelled → waiting) by a retry, or an
+    # operator's retry of a step (from any status a retry leaves) while its barrier is closed.
     into = {source for source, targets in TRANSITIONS.items() if JobStatus.WAITING in targets}
-    assert into == {JobStatus.CANCELLED}
+    assert into == {JobStatus.CANCELLED, JobStatus.FAILED, JobStatus.NEEDS_REVIEW}
     assert JobStatus.WAITING not in ENDED_STATUSES
 
 

@@ -89,6 +89,11 @@ class Command(BaseCommand):
             f"(reconcile), {settled.to_review} were parked for review (their types cannot "
             f"reconcile), {settled.running} running are reconciled or parked if lost"
         )
+        if settled.waiting:
+            self.stdout.write(
+                f"{settled.waiting} workflow step(s) wait for the jobs before them; once due, each "
+                "asks its provider first (reconcile) or is parked for review"
+            )
         if settled.done or settled.not_done:
             self.stdout.write(
                 f"as you answered: {settled.done} completed without running, {settled.not_done} run again"
