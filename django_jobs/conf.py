@@ -264,8 +264,9 @@ class Settings:
         "(`queue 'defualt' is not declared …: did you mean 'default'?`) — and nothing is written:"
         " a typo would otherwise create a queue no worker serves. `manage.py check` holds the "
         "rest to it: `E070` the setting itself, `E071` each `@job(queue=…)`, `E072` each Tasks "
-        "backend's `QUEUES`, `E073` `DEFAULT_QUEUE` and each schedule's `queue`. `None`: any "
-        "valid queue name is accepted.",
+        "backend's `QUEUES`, `E073` `DEFAULT_QUEUE` and each schedule's `queue`; `runjobs "
+        "--queue` refuses to serve any other (exit status 2). `None`: any valid queue name is "
+        "accepted.",
     )
     DEFAULT_MAX_ATTEMPTS = Setting(
         5,

@@ -233,6 +233,41 @@ def undeclared_queue(queue: str, declared: Iterable[str]) -> str:
     return f"queue {queue!r} is not declared in DJANGO_JOBS['QUEUES'] ({', '.join(names)}){hint}"
 
 
+# ---- the names of exception classes, as stored -----------------------------------------------
+
+#: The package whose exported exception classes are stored by their public name.
+_PACKAGE = "django_jobs"
+#: The exception classes ``django_jobs`` exports (its ``__all__``; a test holds the two equal),
+#: named here so that the rules stay pure: some are defined above the rules (``LeaseLost`` with
+#: the context, ``ActionRefused`` with the transitions, ``InvalidFilter`` with the console).
+PUBLIC_EXCEPTIONS = frozenset({
+    "ActionRefused", "DeadlineExceeded", "EnqueueError", "InvalidCheckpoint", "InvalidFilter",
+    "InvalidOption", "InvalidPayload", "InvalidProgress", "InvalidWorkflow", "JobCancelled",
+    "JobNotFound", "LeaseLost", "PayloadTooLarge", "PermanentError", "RateLimitedError",
+    "RetryableError", "SkipJob", "UnknownJobType", "UnknownQueue",
+})  # fmt: skip
+
+
+def class_path(cls: type) -> str:
+    """The import path stored for an exception class (an event's ``exception``, an external
+    call's end): ``django_jobs.LeaseLost`` for a class the package exports, whichever module
+    defines it (modules move; the public name stays, and is what users import and compare),
+    else its module's own (``builtins.ValueError``, ``myapp.errors.Oops``)."""
+    return public_class_path(f"{cls.__module__}.{cls.__qualname__}")
+
+
+def public_class_path(path: str) -> str:
+    """A stored class path as it reads now: a class the package exports, stored under any
+    module of the package (``django_jobs.context.LeaseLost`` before the layout moved,
+    ``django_jobs.runtime.context.LeaseLost``, ``django_jobs.errors.PermanentError``), reads
+    as its public name (``django_jobs.LeaseLost``), which imports; any other path is as
+    stored."""
+    module, _, name = path.rpartition(".")
+    if module.startswith(_PACKAGE + ".") and name in PUBLIC_EXCEPTIONS:
+        return f"{_PACKAGE}.{name}"
+    return path
+
+
 # ---- errors raised by what people do to jobs ------------------------------------------------
 
 

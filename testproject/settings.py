@@ -104,6 +104,12 @@ TASKS = {
     }
 }
 
+# A project whose TASKS names JobsBackend but whose INSTALLED_APPS lacks "django_jobs" (the
+# system checks' process test): Django's own apps only, and URLs that import none of the jobs.
+if env.bool("DJANGO_JOBS_NOT_INSTALLED", default=False):
+    INSTALLED_APPS = [app for app in INSTALLED_APPS if app.startswith("django") and app != "django_jobs"]
+    ROOT_URLCONF = "testproject.bare_urls"
+
 # How long completed jobs are kept, for the retention soak (bench/churn_soak.py).
 if env("DJANGO_JOBS_COMPLETED_RETENTION", default=None) is not None:
     DJANGO_JOBS["RETENTION"] = {"completed": env.float("DJANGO_JOBS_COMPLETED_RETENTION")}
@@ -111,6 +117,10 @@ if env("DJANGO_JOBS_COMPLETED_RETENTION", default=None) is not None:
 # The prefetch tests widen the buffer's patience (10 × PREFETCH_SECONDS) past a short lease.
 if env("DJANGO_JOBS_PREFETCH_SECONDS", default=None) is not None:
     DJANGO_JOBS["PREFETCH_SECONDS"] = env.float("DJANGO_JOBS_PREFETCH_SECONDS")
+
+# The project's declared queues, comma-separated (the tests of runjobs --queue against them).
+if env("DJANGO_JOBS_QUEUES", default=None):
+    DJANGO_JOBS["QUEUES"] = env.list("DJANGO_JOBS_QUEUES")
 
 if env("DJANGO_JOBS_NOTIFY", default=None) is not None:
     DJANGO_JOBS["NOTIFY"] = env.bool("DJANGO_JOBS_NOTIFY")

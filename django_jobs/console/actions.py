@@ -72,6 +72,8 @@ def retry(job_id: int, *, reason: str, actor: Actor | None = None, seen: Shown |
             left = transitions.manual_retry(
                 job_id, actor=name, reason=reason, seen=fence, trace_context=traced
             )
+            if span is not None:
+                span.wrote([job_id])  # as an enqueue's span says what it wrote
         audit.log(job, f"retried (was {left}): {reason}")
     return left
 

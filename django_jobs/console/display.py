@@ -14,6 +14,7 @@ from django.utils.html import format_html
 
 from django_jobs import masking
 from django_jobs.conf import jobs_settings
+from django_jobs.errors import public_class_path
 from django_jobs.models import ExternalCall, Job
 from django_jobs.states import JobStatus
 
@@ -38,7 +39,7 @@ def external_calls(job: Job) -> list[CallShown]:
     for mark in calls.order_by("-id")[:CALLS_SHOWN]:
         current = mark.execution_id == running
         if mark.ended_at is not None:
-            state = f"raised {mark.exception}" if mark.exception else "returned"
+            state = f"raised {public_class_path(mark.exception)}" if mark.exception else "returned"
         elif current:
             state = "in progress"
         else:

@@ -17,6 +17,7 @@ from django_jobs.conf import jobs_settings
 from django_jobs.console.display import duration, external_calls, json_block, read_now, visible
 from django_jobs.console.job_actions import JobActionPages
 from django_jobs.console.pages import plain_refusal, read_page
+from django_jobs.errors import public_class_path
 from django_jobs.models import Job, JobEvent
 from django_jobs.observe import diagnosis
 from django_jobs.observe.traceparent import trace_id_of
@@ -120,6 +121,9 @@ class JobPage(JobActionPages):
         page = list(events[: EVENTS_PER_PAGE + 1])
         older = page[EVENTS_PER_PAGE - 1].id if len(page) > EVENTS_PER_PAGE else None
         page = page[:EVENTS_PER_PAGE]
+        for event in page:  # an exception class of ours stored under a module since moved
+            if isinstance(event.details, dict) and isinstance(event.details.get("exception"), str):
+                event.details["exception"] = public_class_path(event.details["exception"])
         if not self.has_view_sensitive_permission(request):
             masker = masking.masker_for(job.type)
             for event in page:

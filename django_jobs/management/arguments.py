@@ -8,6 +8,8 @@ import argparse
 import re
 from collections.abc import Callable
 
+from django_jobs.conf import jobs_settings
+from django_jobs.errors import undeclared_queue
 from django_jobs.names import QUEUE_RE
 
 #: Each execution slot holds a database connection (and a thread or a process) for the life of
@@ -67,10 +69,15 @@ def port(value: str) -> int:
 
 
 def queue_name(value: str) -> tuple[str, int | None]:
-    """``NAME``, or ``NAME=SLOTS``: the queue gets that many execution slots of its own."""
+    """``NAME``, or ``NAME=SLOTS``: the queue gets that many execution slots of its own. Once
+    ``DJANGO_JOBS["QUEUES"]`` is declared, ``NAME`` must be one of them: ``enqueue()`` refuses
+    any other, so a worker serving a misspelt queue would wait forever for jobs never written."""
     name, has_slots, slots = value.partition("=")
     if not QUEUE_RE.match(name):
         raise argparse.ArgumentTypeError(f"{name!r} is not a valid queue name")
+    declared = jobs_settings.QUEUES
+    if declared is not None and name not in declared:
+        raise argparse.ArgumentTypeError(undeclared_queue(name, declared))
     if not has_slots:
         return name, None
     try:

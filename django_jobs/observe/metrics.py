@@ -22,10 +22,11 @@ token check in :mod:`~django_jobs.observe.exposition`.
 from __future__ import annotations
 
 import importlib.util
+import logging
 import threading
 from collections.abc import Iterable
 from types import ModuleType
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from django_jobs.observe.counters import RUN_BUCKETS as RUN_BUCKETS  # re-exported: the face of the metrics
 from django_jobs.observe.counters import WAIT_BUCKETS as WAIT_BUCKETS
@@ -38,9 +39,13 @@ from django_jobs.observe.labels import PREFIX as PREFIX
 from django_jobs.observe.labels import LabelValues as LabelValues
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from django_jobs.maintenance.reaper import ReapResult
     from django_jobs.runtime.executor import Finished
     from django_jobs.transitions import Claim, Outcome
+
+logger = logging.getLogger("django_jobs.metrics")
 
 
 class Recorder(Protocol):
@@ -51,6 +56,58 @@ class Recorder(Protocol):
     def on_started(self, claim: Claim) -> None: ...
     def on_finished(self, finished: Finished, outcome: Outcome | None) -> None: ...
     def on_reaped(self, result: ReapResult) -> None: ...
+
+
+#: What failed already and was logged at warning: later failures of the same are at debug, so
+#: that a meter that raises at every call does not write a traceback per job.
+_failures_seen: set[str] = set()
+
+
+def _failed(what: str, exc: Exception) -> None:
+    """Log a metrics failure: at warning the first time, then at debug; its text sanitized as a
+    stored error's is (the user's meter may have had a secret in hand)."""
+    from django_jobs.sanitize import describe
+
+    if what in _failures_seen:
+        logger.debug("metrics: %s failed again; not recorded: %s", what, describe(exc))
+        return
+    _failures_seen.add(what)
+    logger.warning("metrics: %s failed; not recorded, the work goes on: %s", what, describe(exc))
+
+
+class Guarded:
+    """A :class:`Recorder` whose hooks never raise. Metrics, like spans, never fail what they
+    measure: a meter, exemplar filter or view of the user's that raises inside a hook would
+    otherwise fail an enqueue after its commit (a caller's retry enqueues twice), or a job
+    before its handler runs. A failure is logged once at warning, then at debug."""
+
+    def __init__(self, inner: Recorder) -> None:
+        self.inner = inner
+
+    def _call(self, hook: Callable[..., None], *args: Any) -> None:
+        try:
+            hook(*args)
+        except Exception as exc:
+            _failed(f"{type(self.inner).__name__}.{hook.__name__}", exc)
+
+    def on_enqueued(self, type_name: str, queue: str, count: int) -> None:
+        self._call(self.inner.on_enqueued, type_name, queue, count)
+
+    def on_started(self, claim: Claim) -> None:
+        self._call(self.inner.on_started, claim)
+
+    def on_finished(self, finished: Finished, outcome: Outcome | None) -> None:
+        self._call(self.inner.on_finished, finished, outcome)
+
+    def on_reaped(self, result: ReapResult) -> None:
+        self._call(self.inner.on_reaped, result)
+
+
+def guarded(recorder: Recorder | None) -> Recorder | None:
+    """``recorder`` with hooks that never raise (None stays None: one attribute check a job)."""
+    if recorder is None or isinstance(recorder, Guarded):
+        return recorder
+    return Guarded(recorder)
 
 
 def _importable(module: str = "prometheus_client") -> bool:
@@ -125,7 +182,14 @@ def otel_recorder() -> Recorder | None:
     """The event metrics of OpenTelemetry's meter provider, or None while none is set (or
     opentelemetry-api is not installed)."""
     otel_metrics = _otel_metrics()
-    return None if otel_metrics is None else otel_metrics.recorder()
+    if otel_metrics is None:
+        return None
+    try:  # a provider whose meter or instruments cannot be made records nothing
+        made: Recorder | None = otel_metrics.recorder()
+    except Exception as exc:
+        _failed("making the OpenTelemetry instruments", exc)
+        return None
+    return made
 
 
 def observe_queues_through_otel() -> str | None:
@@ -146,13 +210,18 @@ def observe_queues_through_otel() -> str | None:
 
 def enqueued(jobs: Iterable[tuple[str, str]]) -> None:
     """Count created jobs, given as (type, queue) pairs, with Prometheus and with OpenTelemetry
-    where each is there (an attribute check without either extra)."""
-    recorders: list[Recorder] = [r for r in (recorder(), otel_recorder()) if r is not None]
-    if not recorders:
+    where each is there (an attribute check without either extra). Never raises: it is called
+    once the jobs are written, and a caller that saw the enqueue fail would enqueue again."""
+    try:
+        recorders = [Guarded(r) for r in (recorder(), otel_recorder()) if r is not None]
+        if not recorders:
+            return
+        counts: dict[tuple[str, str], int] = {}
+        for key in jobs:
+            counts[key] = counts.get(key, 0) + 1
+    except Exception as exc:
+        _failed("counting the enqueued jobs", exc)
         return
-    counts: dict[tuple[str, str], int] = {}
-    for key in jobs:
-        counts[key] = counts.get(key, 0) + 1
     for (type_name, queue), count in counts.items():
         for metrics in recorders:
             metrics.on_enqueued(type_name, queue, count)

@@ -79,9 +79,10 @@ def _end(span: trace.Span) -> None:
 
 
 @contextmanager
-def _current(span: trace.Span) -> Iterator[trace.Span]:
-    """``span`` as the current span inside the block, ended after it however the block ends."""
-    token = otel_context.attach(trace.set_span_in_context(span))
+def _current(span: trace.Span, context: otel_context.Context | None = None) -> Iterator[trace.Span]:
+    """``span`` as the current span inside the block, ended after it however the block ends;
+    over ``context`` (its baggage and other entries) when given, else over the current one."""
+    token = otel_context.attach(trace.set_span_in_context(span, context))
     try:
         yield span
     except BaseException as exc:
@@ -206,7 +207,8 @@ def processing(
     # No parent: a root span, whatever span the worker's thread holds.
     span = _start(f"process {queue}", SpanKind.CONSUMER, attributes, context=parent or otel_context.Context(),
                   links=links)  # fmt: skip
-    with _current(span):
+    # Current over the stored context, not the worker's: the handler sees the request's baggage.
+    with _current(span, parent):
         yield span
 
 

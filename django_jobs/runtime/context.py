@@ -19,7 +19,7 @@ from typing import Any
 
 from django_jobs import effects, transitions
 from django_jobs.conf import jobs_settings
-from django_jobs.errors import DeadlineExceeded, InvalidCheckpoint, InvalidProgress, JobCancelled
+from django_jobs.errors import DeadlineExceeded, InvalidCheckpoint, InvalidProgress, JobCancelled, class_path
 from django_jobs.jsonvalues import bounded_problem, encode, plain_json_problem
 from django_jobs.reads import workflows as workflow_reads
 from django_jobs.runtime.lease import Lease
@@ -33,9 +33,9 @@ class LeaseLost(Exception):
     is written: the job's state belongs to the new owner.
     """
 
-    # Defined here, with the context that raises it, and nowhere else: its import path
-    # (``django_jobs.runtime.context.LeaseLost``) is what a result records as the exception
-    # that ended a lost execution, and what users catch.
+    # Defined here, with the context that raises it, and nowhere else: users catch it. What is
+    # stored of it is its public name (``django_jobs.LeaseLost``, ``errors.class_path``): a
+    # task's result records it as the exception that ended a lost execution.
 
 
 class JobContext:
@@ -198,7 +198,7 @@ class JobContext:
         except BaseException as exc:
             # The block's own exception is what the handler must see: a failure to record the
             # end (the database away, the lease lost) only leaves the end unrecorded.
-            path = f"{type(exc).__module__}.{type(exc).__qualname__}"
+            path = class_path(type(exc))
             with suppress(Exception):
                 self._writer.run(lambda: transitions.end_call(mark, path))
             raise

@@ -29,7 +29,7 @@ from typing import Any
 
 from django_jobs import logs
 from django_jobs.decision import Happened, happened_for
-from django_jobs.errors import DATABASE_UNAVAILABLE, RECONCILE_FIRST, ErrorCode, PermanentError
+from django_jobs.errors import DATABASE_UNAVAILABLE, RECONCILE_FIRST, ErrorCode, PermanentError, class_path
 from django_jobs.observe import tracing
 from django_jobs.registry import JobType, Reconciliation, registry
 from django_jobs.results import encode_result
@@ -196,10 +196,20 @@ def _failure(claim: Claim, exc: BaseException, started: float, worker_id: str | 
     )
 
 
+def failed_outside_the_handler(claim: Claim, exc: BaseException) -> Finished:
+    """How an execution ended that raised around its handler, not in it (``execute()`` never
+    raises; a bug of ours would): a retryable ``UNKNOWN``, whether the handler ran unknown. Its
+    text is stored as a handler's error is, sanitized: a bare ``repr`` may hold a secret."""
+    return Finished(
+        claim, Happened.RETRYABLE, ErrorCode.UNKNOWN, describe(exc), exception=exception_path(exc),
+        marked_call=None,
+    )  # fmt: skip
+
+
 def exception_path(exc: BaseException) -> str:
-    """The import path of ``exc``'s class (``builtins.ValueError``, ``myapp.errors.Oops``)."""
-    cls = type(exc)
-    return f"{cls.__module__}.{cls.__qualname__}"
+    """The import path of ``exc``'s class (``builtins.ValueError``, ``myapp.errors.Oops``;
+    ``django_jobs.PermanentError`` for a class the package exports)."""
+    return class_path(type(exc))
 
 
 def _caused_by_unreachable_database(exc: BaseException) -> bool:

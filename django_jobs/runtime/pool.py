@@ -38,7 +38,7 @@ from django.db import connections
 from django_jobs import logs
 from django_jobs.decision import Happened
 from django_jobs.registry import JobType
-from django_jobs.runtime.executor import Finished
+from django_jobs.runtime.executor import Finished, failed_outside_the_handler
 from django_jobs.runtime.lease import Lease
 from django_jobs.transitions import Claim
 
@@ -306,9 +306,7 @@ class ExecutorPool:
                     logger.exception(
                         "executor error id=%s", held.claim.id, extra=logs.lease_fields(held.lease)
                     )
-                    finished = Finished(
-                        held.claim, Happened.RETRYABLE, "UNKNOWN", repr(exc)[:500], marked_call=None
-                    )
+                    finished = failed_outside_the_handler(held.claim, exc)
                 with self._lock:
                     mine = self._slot_of.get(held.claim.execution_id) == slot
                     if mine:

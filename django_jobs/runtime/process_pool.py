@@ -31,9 +31,11 @@ import contextlib
 import logging
 import multiprocessing
 import os
+import sys
 import threading
 import time
-from collections.abc import Callable
+import types
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
@@ -216,7 +218,8 @@ class ProcessPool(ExecutorPool):
             name="django_jobs-child",
             daemon=True,
         )
-        process.start()
+        with _main_left_behind():
+            process.start()
         child_conn.close()
         self.children_started += 1
         child = _Child(process, parent_conn, cancel, lost)
@@ -242,6 +245,25 @@ class ProcessPool(ExecutorPool):
                 child.process.join(timeout=5)
         with contextlib.suppress(Exception):
             child.conn.close()
+
+
+_main_swap = threading.Lock()
+
+
+@contextlib.contextmanager
+def _main_left_behind() -> Iterator[None]:
+    """While a child is started, ``__main__`` is an empty module. ``spawn`` runs the parent's
+    main module again in each child (as ``__mp_main__``): a ``manage.py`` without an
+    ``if __name__ == "__main__":`` guard would run ``runjobs`` once more there, and the child
+    die before it is ready. A child needs nothing of it: :func:`child_main` sets Django up from
+    the environment and ``sys.path`` it inherits."""
+    with _main_swap:  # two slots may replace their children at once
+        main = sys.modules["__main__"]
+        sys.modules["__main__"] = types.ModuleType("__main__")
+        try:
+            yield
+        finally:
+            sys.modules["__main__"] = main
 
 
 def _unused(*args: Any) -> Finished:  # the slots of a process pool never execute in-process

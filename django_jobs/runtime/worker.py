@@ -54,7 +54,7 @@ from django_jobs.maintenance.periodic import SchedulerLoop
 from django_jobs.maintenance.reaper import ReaperLoop
 from django_jobs.models import Job
 from django_jobs.observe.liveness import Liveness
-from django_jobs.observe.metrics import Recorder, otel_recorder
+from django_jobs.observe.metrics import Recorder, guarded, otel_recorder
 from django_jobs.observe.metrics import recorder as metrics_recorder  # `metrics` is Worker's flag
 from django_jobs.observe.probes import HealthFile
 from django_jobs.registry import declared_schedules, registry
@@ -177,8 +177,9 @@ class Worker:
             self._pool = ExecutorPool(concurrency, self._execute, self._record, may_start=self._may_start)
         #: Counters and histograms of this worker's executions: Prometheus's with
         #: ``runjobs --metrics-port``, else OpenTelemetry's when a meter provider is set; None
-        #: when off, so that each job pays one attribute check.
-        self._metrics: Recorder | None = metrics_recorder() if metrics else otel_recorder()
+        #: when off, so that each job pays one attribute check. Guarded: a meter that raises is
+        #: logged, and the job it measures goes on.
+        self._metrics: Recorder | None = guarded(metrics_recorder() if metrics else otel_recorder())
         self._reaper = (
             ReaperLoop(stop=self._stopping, on_pass=self._metrics.on_reaped if self._metrics else None)
             if reap

@@ -13,13 +13,15 @@ import dataclasses
 import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.core.exceptions import ImproperlyConfigured
 from django.dispatch import Signal
 
 from django_jobs.errors import EnqueueError
-from django_jobs.runtime.context import JobContext
+
+if TYPE_CHECKING:  # the runtime imports the models: the backend's module must not (check E060)
+    from django_jobs.runtime.context import JobContext
 
 
 @dataclass(frozen=True)

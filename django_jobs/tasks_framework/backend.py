@@ -24,6 +24,7 @@ import dataclasses
 import datetime as dt
 import math
 import uuid
+from types import ModuleType
 from typing import Any
 
 from django.apps import apps
@@ -32,13 +33,16 @@ from django.core.exceptions import ImproperlyConfigured
 from django.utils.module_loading import import_string
 
 from django_jobs.backoff import Backoff
-from django_jobs.enqueueing import enqueue
 from django_jobs.errors import EnqueueError
 from django_jobs.jsonvalues import plain_json_problem
 from django_jobs.tasks_framework import api as taskapi
-from django_jobs.tasks_framework import run as taskrun
 from django_jobs.tasks_framework.api import ArgumentsNotJSON, InvalidTask, TaskResultDoesNotExist
 from django_jobs.tasks_framework.options import OPTIONS_HINT, read_options
+
+# Nothing imported here may import the models (django_jobs.models): Django imports this module
+# for the TASKS setting, whether or not django_jobs is in INSTALLED_APPS, and a model of an app
+# that is not installed raises RuntimeError before check() can say what is wrong (E060). The
+# enqueue and the runner (tasks_framework.run) are imported where they are used.
 
 #: Every family's InvalidTask: the base class raises its own family's.
 _INVALID_TASK: tuple[type[Exception], ...] = tuple(f.InvalidTask for f in taskapi.FAMILIES)
@@ -110,7 +114,9 @@ class JobsBackend(taskapi.PRIMARY.BaseTaskBackend):  # type: ignore[name-defined
             if isinstance(exc, InvalidTask):
                 raise
             raise InvalidTask(str(exc)) from exc
-        taskrun.register(
+        if not _jobs_installed():
+            return  # no job tables, no worker: nothing to register with (check() says E060)
+        _taskrun().register(
             task, alias=self.alias, sender=type(self), max_attempts=self.max_attempts,
             backoff=self.backoff, timeout=self.timeout,
         )  # fmt: skip
@@ -130,6 +136,8 @@ class JobsBackend(taskapi.PRIMARY.BaseTaskBackend):  # type: ignore[name-defined
         family = taskapi.family_of(task)
         payload = {"args": _json(family, list(args), "args"), "kwargs": _json(family, dict(kwargs), "kwargs")}
         run_after = task.run_after
+        from django_jobs.enqueueing import enqueue
+
         try:
             job = enqueue(
                 task.module_path,
@@ -160,7 +168,7 @@ class JobsBackend(taskapi.PRIMARY.BaseTaskBackend):  # type: ignore[name-defined
             errors=[],
             worker_ids=[],
         )
-        taskrun.send("task_enqueued", type(self), result)
+        _taskrun().send("task_enqueued", type(self), result)
         return result
 
     # ---- results -----------------------------------------------------------------------------
@@ -174,6 +182,7 @@ class JobsBackend(taskapi.PRIMARY.BaseTaskBackend):  # type: ignore[name-defined
             job_id = int(result_id)
         except (TypeError, ValueError):
             raise TaskResultDoesNotExist(f"no task result has id {result_id!r}") from None
+        taskrun = _taskrun()
         job = taskrun.read_job(job_id)  # the row and its history: one query
         if job is None:
             raise TaskResultDoesNotExist(f"no task result has id {result_id!r}")
@@ -182,6 +191,19 @@ class JobsBackend(taskapi.PRIMARY.BaseTaskBackend):  # type: ignore[name-defined
             raise TaskResultDoesNotExist(f"job {job_id} is not a task of Django's Tasks framework")
         task = _as_enqueued(task, priority=job.priority, queue_name=job.queue, backend=self.alias)
         return taskrun.result_of(taskapi.family_of(task), task, job, self.alias)
+
+
+def _taskrun() -> ModuleType:
+    """``tasks_framework.run``, imported on first use: it imports the models (see above)."""
+    from django_jobs.tasks_framework import run
+
+    return run
+
+
+def _jobs_installed() -> bool:
+    """Whether django_jobs is in INSTALLED_APPS; True while the app registry cannot tell yet
+    (a task declared as the apps are being loaded: as before, it is registered)."""
+    return not apps.apps_ready or apps.is_installed("django_jobs")
 
 
 class _WithoutDelay:

@@ -26,6 +26,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+from django_jobs.errors import public_class_path
 from django_jobs.models import Job, JobEvent
 from django_jobs.states import EventKind, JobStatus
 from django_jobs.tasks_framework.api import Family, set_return_value, status
@@ -41,7 +42,7 @@ STATUS = {
 }
 
 #: An execution that the reaper took back raised nothing we saw: its error is a lost lease.
-_LOST = "django_jobs.runtime.context.LeaseLost"
+_LOST = "django_jobs.LeaseLost"
 
 #: Our errors that stand where the framework's own backends record a builtin one: the task's
 #: error names the builtin, as code written for them compares it (``exception_class is
@@ -106,5 +107,7 @@ def _exception(event: JobEvent) -> str:
     details = event.details if isinstance(event.details, dict) else {}
     exception = details.get("exception")
     if isinstance(exception, str):
+        # Stored before the public names were, a class of ours may name a module since moved.
+        exception = public_class_path(exception)
         return _AS_THE_FRAMEWORK_RECORDS.get(exception, exception)
     return _LOST if event.kind == EventKind.RECOVERED else "builtins.Exception"

@@ -207,10 +207,12 @@ def cancelled_query(ctx: JobContext, payload: dict[str, Any]) -> None:
 def traced(ctx: JobContext, payload: dict[str, Any]) -> None:
     """Works inside a span of its own (under its execution's), for ``payload["pause"]`` seconds,
     and fails with a retryable error, whose text holds a secret, until attempt
-    ``payload["succeed_on"]`` (docs/operations.md, "Tracing")."""
-    from opentelemetry import trace
+    ``payload["succeed_on"]`` (docs/operations.md, "Tracing"). The baggage it sees is on its
+    span, as ``baggage.NAME`` attributes."""
+    from opentelemetry import baggage, trace
 
-    with trace.get_tracer("testproject").start_as_current_span("charge card"):
+    with trace.get_tracer("testproject").start_as_current_span("charge card") as span:
+        span.set_attributes({f"baggage.{name}": str(value) for name, value in baggage.get_all().items()})
         time.sleep(payload.get("pause", 0))
         if ctx.attempt < payload.get("succeed_on", 1):
             raise RetryableError(

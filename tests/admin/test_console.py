@@ -233,6 +233,27 @@ def test_the_job_page_shows_the_marks_of_its_external_calls(
     assert str(lost)[:8] in rows[2]
 
 
+def test_an_exception_class_stored_under_an_old_module_reads_as_its_public_name(
+    login: Callable[[User | None], Client], superuser: User
+) -> None:
+    job = JobFactory(running=True, type="test.marked_charge")
+    # Both stored before the package's layout moved: an external call's end, an event's details.
+    ExternalCall.objects.create(
+        job=job, execution_id=uuid.uuid4(), name="charge", ended_at=timezone.now(),
+        exception="django_jobs.context.LeaseLost",
+    )  # fmt: skip
+    JobEvent.objects.create(
+        job=job, kind=EventKind.RETRY_SCHEDULED, error_code="PROVIDER_5XX", attempt=1,
+        details={"retry_in": 1.0, "exception": "django_jobs.errors.RetryableError"},
+    )  # fmt: skip
+    page = login(superuser).get(f"{LIST}{job.id}/change/").content.decode()
+    calls = page[page.index('id="job-external-calls"') : page.index('id="job-history"')]
+    assert "raised django_jobs.LeaseLost" in calls
+    history = page[page.index('id="job-history"') :]
+    assert "django_jobs.RetryableError" in history
+    assert "django_jobs.context" not in page and "django_jobs.errors" not in page
+
+
 def test_the_job_page_says_why_a_job_is_not_running(
     login: Callable[[User | None], Client], superuser: User
 ) -> None:

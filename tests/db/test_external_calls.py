@@ -84,7 +84,7 @@ def test_a_block_that_raises_records_the_exception_class_only() -> None:
     job = enqueue("test.marked_charge", {"fail_in_call": "PROVIDER_5XX"})
     run_jobs()
     call = ExternalCall.objects.get(job=job)
-    assert call.exception == "django_jobs.errors.RetryableError" and call.ended_at is not None
+    assert call.exception == "django_jobs.RetryableError" and call.ended_at is not None
 
 
 def test_an_undeclared_call_is_refused_before_anything_is_written() -> None:

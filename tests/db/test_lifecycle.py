@@ -71,7 +71,7 @@ def test_3_permanent_error_fails_at_once_without_retries() -> None:
     assert (event.kind, event.to_status, event.details) == (
         EventKind.FAILED,
         "failed",
-        {"reason": "permanent_error", "exception": "django_jobs.errors.PermanentError"},
+        {"reason": "permanent_error", "exception": "django_jobs.PermanentError"},
     )
 
 
@@ -84,7 +84,7 @@ def test_4_exhausted_retries_end_failed() -> None:
     assert kinds == [(EventKind.RETRY_SCHEDULED, 1), (EventKind.RETRY_SCHEDULED, 2), (EventKind.FAILED, 3)]
     assert JobEvent.objects.get(job=job, kind=EventKind.FAILED).details == {
         "reason": "attempts_exhausted",
-        "exception": "django_jobs.errors.RetryableError",
+        "exception": "django_jobs.RetryableError",
     }
 
 

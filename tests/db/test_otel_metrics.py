@@ -4,6 +4,7 @@ in-memory reader: a worker's events, the enqueues, and the per-queue gauges."""
 from __future__ import annotations
 
 import datetime as dt
+import logging
 from collections.abc import Iterator
 from typing import Any
 
@@ -11,6 +12,7 @@ import pytest
 from django.core.management import CommandError, call_command
 from opentelemetry.metrics import _internal as metrics_internal
 from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics._internal.exemplar import ExemplarFilter
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.util._once import Once
 
@@ -20,6 +22,9 @@ from django_jobs.observe import metrics
 from django_jobs.observe.otel_metrics import observe_queues
 from django_jobs.states import JobStatus
 from django_jobs.testing import run_jobs
+from testproject.testjobs.models import BusinessRow
+from tests.db.inprocess import run_worker
+from tests.factories import JobFactory
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -110,3 +115,50 @@ def test_the_commands_refuse_queue_gauges_where_they_cannot_be_reported(reader: 
     with pytest.raises(CommandError, match="--otel-queue-gauges or --metrics-port"):
         call_command("runjobs", "--burst", "--otel-queue-gauges", "--metrics-port", "0")
     assert reader.get_metrics_data() is None  # no gauge registered, nothing recorded
+
+
+class _RaisingFilter(ExemplarFilter):
+    """An exemplar filter with a bug: the SDK calls it on every measurement, synchronously."""
+
+    def should_sample(self, value: Any, time_unix_nano: int, attributes: Any, context: Any) -> bool:
+        raise RuntimeError("exemplar filter bug token=s3cr3t-t0ken")
+
+
+@pytest.fixture
+def raising_meter() -> Iterator[None]:
+    provider = MeterProvider(metric_readers=[InMemoryMetricReader()], exemplar_filter=_RaisingFilter())
+    _forget_provider()
+    metrics_internal.set_meter_provider(provider)
+    yield
+    provider.shutdown()
+    _forget_provider()
+
+
+def test_a_meter_that_raises_fails_no_enqueue_and_is_logged_once(
+    raising_meter: None, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG, logger="django_jobs.metrics")
+    metrics._failures_seen.clear()
+    first = enqueue("test.noop", {})
+    second = enqueue("test.noop", {})
+
+    assert set(Job.objects.values_list("id", flat=True)) == {first.id, second.id}
+    warnings = [r for r in caplog.records if r.name == "django_jobs.metrics" and r.levelno == logging.WARNING]
+    assert len(warnings) == 1, [r.getMessage() for r in warnings]
+    assert "exemplar filter bug" in warnings[0].getMessage()
+    assert "s3cr3t-t0ken" not in caplog.text  # sanitized, as a stored error is
+
+
+def test_a_meter_that_raises_fails_no_job_and_stops_no_writer(
+    raising_meter: None, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Written as rows: the enqueue's own recording is the test above.
+    jobs = [JobFactory(type="test.record", payload={"key": f"r{i}"}, max_attempts=2) for i in range(3)]
+    worker = run_worker()
+
+    assert BusinessRow.objects.filter(key__in=["r0", "r1", "r2"]).count() == 3  # every handler ran
+    for job in jobs:
+        stored = Job.objects.get(id=job.id)
+        assert (stored.status, stored.attempts, stored.last_error) == (JobStatus.COMPLETED, 1, None)
+    assert worker.stats.outcomes[JobStatus.COMPLETED] == 3
+    assert "the outcome writer stopped" not in caplog.text

@@ -103,7 +103,7 @@ def test_each_attempt_is_a_child_of_the_enqueue_and_the_handler_nests_under_it(
     assert attempts == (1, 2)
     assert first.attributes["django_jobs.outcome"] == "retryable"
     assert first.attributes["django_jobs.error.code"] == "PROVIDER_5XX"
-    assert first.attributes["error.type"] == "django_jobs.errors.RetryableError"
+    assert first.attributes["error.type"] == "django_jobs.RetryableError"
     assert first.status.status_code is StatusCode.ERROR
     described = first.status.description or ""
     assert "hunter2" not in described and "[REDACTED]" in described
@@ -165,7 +165,15 @@ def test_an_operators_retry_is_a_span_of_their_request_and_the_parent_of_what_ru
     (retry,) = named(exported, "retry default")
     assert retry.kind is SpanKind.PRODUCER
     assert retry.parent is not None and retry.parent.span_id == request.get_span_context().span_id
-    assert retry.attributes is not None and retry.attributes["messaging.message.id"] == str(job.id)
+    assert retry.attributes is not None and dict(retry.attributes) == {
+        "messaging.system": "django_jobs",
+        "messaging.operation.type": "send",
+        "messaging.operation.name": "retry",
+        "messaging.destination.name": "default",
+        "django_jobs.job.type": "test.traced",
+        "messaging.message.id": str(job.id),
+        "messaging.batch.message_count": 1,
+    }  # as send's (docs/operations.md)
     stored = Job.objects.get(id=job.id).trace_context
     assert stored != enqueued
 
@@ -224,6 +232,22 @@ def test_small_baggage_travels_with_the_job_to_its_execution(exported: InMemoryS
     finally:
         context.detach(token)
     assert Job.objects.get(id=job.id).trace_context["baggage"] == "tenant=acme"
+
+
+def test_the_handler_runs_with_the_baggage_of_the_request_that_enqueued_it(
+    exported: InMemorySpanExporter,
+) -> None:
+    token = context.attach(baggage.set_baggage("tenant", "acme"))
+    try:
+        job = enqueue("test.traced", {})
+    finally:
+        context.detach(token)
+    assert baggage.get_all() == {}  # the worker's own context holds none
+
+    assert _run_until_done(job).status == JobStatus.COMPLETED
+    (handler,) = named(exported, "charge card")
+    assert handler.attributes is not None and dict(handler.attributes) == {"baggage.tenant": "acme"}
+    assert baggage.get_all() == {}  # and none is left behind once the job is done
 
 
 class Raising(SpanProcessor):

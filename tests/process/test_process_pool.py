@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -12,7 +14,7 @@ from django_jobs import enqueue
 from django_jobs.models import Job, JobEvent
 from django_jobs.states import EventKind, JobStatus
 from testproject.testjobs.models import BusinessRow
-from tests.process.workers import WorkerProcess, wait_for
+from tests.process.workers import ROOT, WorkerProcess, wait_for
 
 ROOMY_LEASE = {"DJANGO_JOBS_LEASE_TIMEOUT": "5", "DJANGO_JOBS_HEARTBEAT_INTERVAL": "0.5"}
 
@@ -136,3 +138,34 @@ def test_a_deadline_counts_from_when_the_child_has_the_job_not_from_its_start_up
         worker.stop()
     assert BusinessRow.objects.filter(key__startswith=f"started:{job.id}:").count() == 2
     assert Job.objects.get(id=job.id).last_error_code == "TIMEOUT"
+
+
+#: A manage.py as some projects have it: no ``if __name__ == "__main__":`` guard.
+UNGUARDED_MANAGE_PY = """\
+import os
+import sys
+
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "testproject.settings")
+from django.core.management import execute_from_command_line
+
+execute_from_command_line(sys.argv)
+"""
+
+
+def test_a_manage_py_without_a_main_guard_runs_the_process_pool(
+    worker_env: dict[str, str], tmp_path: Path
+) -> None:
+    # spawn re-runs the parent's main module in each child: this one would start runjobs there.
+    manage = tmp_path / "manage.py"
+    manage.write_text(UNGUARDED_MANAGE_PY)
+    job = enqueue("test.record", {"key": "unguarded"})
+    result = subprocess.run(
+        [sys.executable, str(manage), "runjobs", "--pool", "process", "--concurrency", "2", "--burst"],
+        cwd=tmp_path, env={**worker_env, "PYTHONPATH": str(ROOT)},
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "Traceback" not in result.stderr, result.stderr
+    assert _status(job) == JobStatus.COMPLETED
+    row = BusinessRow.objects.get(key="unguarded")
+    assert row.job_id == job.id

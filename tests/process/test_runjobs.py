@@ -88,3 +88,33 @@ def test_a_worker_on_a_database_without_the_job_tables_stops_with_a_clear_error(
     assert "unapplied migration" in result.stderr and "run manage.py migrate" in result.stderr
     assert "Traceback" not in result.stderr and "worker started" not in result.stderr
     assert "database unavailable" not in result.stderr
+
+
+def test_a_queue_outside_the_declared_ones_is_refused_with_the_closest_name(
+    worker_env: dict[str, str],
+) -> None:
+    # As enqueue() refuses it: a worker serving it would wait forever for jobs never written.
+    job = enqueue("test.noop", {}, queue="emails")
+    declared = {**worker_env, "DJANGO_JOBS_QUEUES": "default,emails,integrations,reports"}
+    result = subprocess.run(
+        [sys.executable, "manage.py", "runjobs", "--burst", "--queue", "emials"],
+        cwd=ROOT, env=declared, capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert (
+        "runjobs: error: argument --queue: queue 'emials' is not declared in DJANGO_JOBS['QUEUES'] "
+        "(default, emails, integrations, reports): did you mean 'emails'?"
+    ) in result.stderr
+    assert "Traceback" not in result.stderr and "worker started" not in result.stderr
+
+    served = subprocess.run(
+        [sys.executable, "manage.py", "runjobs", "--burst", "--queue", "emails"],
+        cwd=ROOT, env=declared, capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert served.returncode == 0, served.stdout + served.stderr
+    assert Job.objects.get(id=job.id).status == JobStatus.COMPLETED
+
+
+def test_without_declared_queues_any_queue_name_is_served(runjobs: Runjobs) -> None:
+    result = runjobs("--burst", "--queue", "emials")
+    assert result.returncode == 0, result.stdout + result.stderr

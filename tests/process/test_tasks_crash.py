@@ -43,4 +43,4 @@ def test_a_task_whose_worker_is_killed_mid_run_is_recovered_and_completes(
     done = tasks.slow.get_result(result.id)
     assert done.status == taskapi.PRIMARY.TaskResultStatus.SUCCESSFUL and done.return_value == "done"
     assert done.attempts == 2 and len(set(done.worker_ids)) == 2  # a worker id per attempt
-    assert [e.exception_class_path for e in done.errors] == ["django_jobs.runtime.context.LeaseLost"]
+    assert [e.exception_class_path for e in done.errors] == ["django_jobs.LeaseLost"]

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from opentelemetry import trace
+from opentelemetry import baggage, context, trace
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from django_jobs import enqueue
@@ -40,8 +40,12 @@ def test_a_job_that_fails_once_then_completes_on_a_worker_is_one_trace_with_its_
     its parent did (the settings) and gets the stored context with its claim."""
     spans_file = tmp_path / "worker.spans"
     # The request's span stands in for the one Django's instrumentation opens.
-    with trace.get_tracer("test").start_as_current_span("POST /checkout") as request:
-        job = enqueue("test.traced", {"succeed_on": 2})
+    token = context.attach(baggage.set_baggage("tenant", "acme"))
+    try:
+        with trace.get_tracer("test").start_as_current_span("POST /checkout") as request:
+            job = enqueue("test.traced", {"succeed_on": 2})
+    finally:
+        context.detach(token)
     worker = start_worker("--pool", pool, env={"TRACE_SPANS_FILE": str(spans_file)})
     wait_for(lambda: Job.objects.get(id=job.id).status == JobStatus.COMPLETED, what="the job to complete")
     worker.send(signal.SIGTERM)
@@ -73,6 +77,8 @@ def test_a_job_that_fails_once_then_completes_on_a_worker_is_one_trace_with_its_
     handler_spans = [s for s in found if s["name"] == "charge card"]
     assert sorted(s["parent_id"] for s in handler_spans) == sorted(s["span_id"] for s in executions)
     assert {s["trace_id"] for s in handler_spans} == {trace_id}
+    # Each attempt's handler ran with the request's baggage, in the worker or in its child.
+    assert [s["attributes"].get("baggage.tenant") for s in handler_spans] == ["acme", "acme"]
 
 
 def test_the_attempt_after_a_killed_worker_and_the_reapers_recovery_is_a_child_of_the_same_enqueue(

@@ -14,9 +14,10 @@ import pytest
 from django.db import transaction
 from django.utils import timezone
 
+from django_jobs import LeaseLost
 from django_jobs.errors import EnqueueError, InvalidResult, ResultNotJSON
-from django_jobs.models import Job
-from django_jobs.states import JobStatus
+from django_jobs.models import Job, JobEvent
+from django_jobs.states import EventKind, JobStatus
 from django_jobs.tasks_framework import api as taskapi
 from django_jobs.tasks_framework.backend import JobsBackend
 from django_jobs.testing import run_jobs, run_one, run_until_settled
@@ -159,7 +160,7 @@ def test_statuses_map_to_the_frameworks() -> None:
         ("failed", failed), ("exhausted", exhausted), ("skipped", skipped), ("cancelled", cancelled)
     ]}  # fmt: skip
     assert by["failed"].status == Status.FAILED and len(by["failed"].errors) == 1
-    assert by["failed"].errors[0].exception_class_path == "django_jobs.errors.PermanentError"
+    assert by["failed"].errors[0].exception_class_path == "django_jobs.PermanentError"
     assert by["exhausted"].status == Status.FAILED
     assert len(by["exhausted"].errors) == 3 == by["exhausted"].attempts
     assert by["skipped"].status == Status.SUCCESSFUL and by["skipped"].return_value is None
@@ -392,3 +393,18 @@ def test_the_backend_check_reports_django_jobs_missing_from_installed_apps(setti
     messages = backend.check()
     assert [m.id for m in messages] == ["django_jobs.E060"]
     assert "django_jobs is not in INSTALLED_APPS" in messages[0].msg and messages[0].is_serious()
+
+
+def test_a_tasks_error_is_stored_by_its_public_name_and_an_old_module_path_reads_as_it() -> None:
+    failed = tasks.gives_up.enqueue()
+    run_until_settled()
+    event = JobEvent.objects.get(job_id=int(failed.id), kind=EventKind.FAILED)
+    assert event.details["exception"] == "django_jobs.PermanentError"
+
+    # As a worker stored it before the package's layout moved: the module is gone, the class is not.
+    JobEvent.objects.filter(id=event.id).update(
+        details={**event.details, "exception": "django_jobs.context.LeaseLost"}
+    )
+    error = tasks.gives_up.get_backend().get_result(failed.id).errors[0]
+    assert error.exception_class_path == "django_jobs.LeaseLost"
+    assert error.exception_class is LeaseLost

@@ -223,6 +223,56 @@ def test_every_shape_that_takes_ctx_and_payload_registers(handler: Any, scratch_
     job("scratch.fit")(handler)  # importing the module again registers the same handler again
 
 
+# ---- stored class names ---------------------------------------------------------------------
+
+
+def test_the_exception_classes_the_package_exports_are_stored_by_their_public_name() -> None:
+    from django_jobs import ActionRefused, LeaseLost, PermanentError, SkipJob
+    from django_jobs.errors import ResultNotJSON, class_path
+
+    assert class_path(LeaseLost) == "django_jobs.LeaseLost"  # defined in runtime.context
+    assert class_path(PermanentError) == "django_jobs.PermanentError"
+    assert class_path(SkipJob) == "django_jobs.SkipJob"
+    assert class_path(ActionRefused) == "django_jobs.ActionRefused"  # defined in transitions
+    assert class_path(ValueError) == "builtins.ValueError"
+    assert class_path(ResultNotJSON) == "django_jobs.errors.ResultNotJSON"  # not exported: as it is
+
+    class LeaseLostToo(LeaseLost):  # a user's subclass keeps its own path
+        pass
+
+    assert class_path(LeaseLostToo).endswith("LeaseLostToo")
+
+
+@pytest.mark.parametrize(
+    ("stored", "reads"),
+    [
+        ("django_jobs.context.LeaseLost", "django_jobs.LeaseLost"),  # the flat layout's module
+        ("django_jobs.runtime.context.LeaseLost", "django_jobs.LeaseLost"),
+        ("django_jobs.errors.PermanentError", "django_jobs.PermanentError"),
+        ("django_jobs.LeaseLost", "django_jobs.LeaseLost"),
+        ("django_jobs.errors.ResultNotJSON", "django_jobs.errors.ResultNotJSON"),
+        ("myapp.errors.LeaseLost", "myapp.errors.LeaseLost"),  # not ours, whatever its name
+        ("django_jobs.context.JobContext", "django_jobs.context.JobContext"),  # exported, no exception
+        ("builtins.ValueError", "builtins.ValueError"),
+    ],
+)
+def test_a_stored_class_name_of_ours_reads_as_its_public_name_whatever_module_it_named(
+    stored: str, reads: str
+) -> None:
+    from django_jobs.errors import public_class_path
+
+    assert public_class_path(stored) == reads
+
+
+def test_the_public_exceptions_the_rules_name_are_those_the_package_exports() -> None:
+    import django_jobs
+    from django_jobs.errors import PUBLIC_EXCEPTIONS
+
+    names = {name: getattr(django_jobs, name) for name in django_jobs.__all__}
+    exported = {name for name, it in names.items() if isinstance(it, type) and issubclass(it, BaseException)}
+    assert exported == PUBLIC_EXCEPTIONS
+
+
 # ---- where a type's effects are: external --------------------------------------------------------
 
 
