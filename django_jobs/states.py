@@ -65,7 +65,11 @@ TRANSITIONS: dict[str, frozenset[str]] = {
     JobStatus.WAITING: frozenset({JobStatus.PENDING, JobStatus.CANCELLED, JobStatus.NEEDS_REVIEW}),
     # → needs_review: a restore hold's release, for a job whose type cannot reconcile, or that
     # the operator found done (then resolved at once: a pending job never completes unrun).
-    JobStatus.PENDING: frozenset({JobStatus.RUNNING, JobStatus.CANCELLED, JobStatus.NEEDS_REVIEW}),
+    # → waiting: a step made due and not started since, when a job it waits for is retried (it
+    # waits for that job's end again).
+    JobStatus.PENDING: frozenset(
+        {JobStatus.RUNNING, JobStatus.CANCELLED, JobStatus.NEEDS_REVIEW, JobStatus.WAITING}
+    ),
     JobStatus.RUNNING: frozenset(
         {
             JobStatus.COMPLETED,

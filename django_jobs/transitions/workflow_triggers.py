@@ -115,8 +115,11 @@ $$;
 """
 
 # A barrier that had opened counts a job again (an operator retried a job that failed or was
-# cancelled): the steps it stopped wait again. A step that ran, or that an operator cancelled,
-# stays as it is.
+# cancelled): the steps it stopped wait again, and so do the steps it made due that have not
+# started since (pending, no attempt: an on_complete would run beside a member running again).
+# A step that ran, or that an operator cancelled, stays as it is. A stopped step that a restore
+# hold's release had settled before it was stopped (it never ran since) waits marked RESTORED
+# again, so that once due it reconciles first, or is parked for review, as the release decided.
 _REOPENED = """
 CREATE OR REPLACE FUNCTION django_jobs_barrier_reopened(barrier bigint, retried bigint)
 RETURNS void LANGUAGE plpgsql AS $$
@@ -124,20 +127,29 @@ BEGIN
     WITH resumed AS (
         UPDATE django_jobs_job j SET
             status = 'waiting', finished_at = NULL, cancel_requested_at = NULL,
-            last_error_code = NULL, last_error = NULL
+            last_error_code = CASE WHEN j.execution_id IS NULL AND EXISTS (
+                                       SELECT 1 FROM django_jobs_jobevent e
+                                       WHERE e.job_id = j.id AND e.kind = 'restore_released')
+                                   THEN 'RESTORED' END,
+            last_error = NULL
         FROM django_jobs_workflowstep s
         WHERE s.waits_on_id = barrier AND s.stopped AND j.id = s.job_id AND j.status = 'cancelled'
-        RETURNING j.id, j.attempts
+        RETURNING j.id, j.attempts, 'cancelled' AS was
+    ), undue AS (
+        UPDATE django_jobs_job j SET status = 'waiting', ready = false
+        FROM django_jobs_workflowstep s
+        WHERE s.waits_on_id = barrier AND j.id = s.job_id AND j.status = 'pending' AND j.attempts = 0
+        RETURNING j.id, j.attempts, 'pending' AS was
     ), unmarked AS (
         UPDATE django_jobs_workflowstep s SET stopped = false FROM resumed WHERE s.job_id = resumed.id
     )
     INSERT INTO django_jobs_jobevent (job_id, kind, from_status, to_status, attempt, actor, reason)
-    SELECT id, 'resumed', 'cancelled', 'waiting', attempts, 'workflow',
+    SELECT id, 'resumed', was, 'waiting', attempts, 'workflow',
            CASE WHEN retried IS NULL THEN 'a job it waits for was retried'
                 WHEN (SELECT status FROM django_jobs_job WHERE id = retried) = 'waiting'
                 THEN format('job %s, which it waits for, waits again', retried)
                 ELSE format('job %s, which it waits for, was retried', retried) END
-    FROM resumed;
+    FROM (SELECT * FROM resumed UNION ALL SELECT * FROM undue) moved;
 END
 $$;
 """

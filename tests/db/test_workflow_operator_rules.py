@@ -179,6 +179,44 @@ def test_retry_all_matching_on_a_large_group_does_not_run_on_success_beside_a_me
     assert JobEvent.objects.filter(job_id=on_success.id, kind=EventKind.DUE).count() == 0
 
 
+@pytest.mark.parametrize("callback_first", [True, False], ids=["callback first", "member first"])
+def test_retrying_a_cancelled_due_callback_and_its_failed_member_ends_the_same_in_either_order(
+    callback_first: bool,
+) -> None:
+    workflow = enqueue_group([step("m0", fail=True)], on_complete=summary("done"))
+    member = jobs_of(workflow)[0]
+    assert run_one() is not None and status(member) == JobStatus.FAILED
+    on_complete = role(workflow, "on_complete")
+    assert status(on_complete) == JobStatus.PENDING  # due: its member ended
+    assert cancel(on_complete.id, reason="not now", actor="ops") == "cancelled"
+
+    order = (on_complete.id, member.id) if callback_first else (member.id, on_complete.id)
+    assert _retry_in_order(*order) == []
+
+    assert (status(member), status(on_complete)) == (JobStatus.PENDING, JobStatus.WAITING)
+    ran = run_one()  # the member, not the callback beside it
+    assert ran is not None and ran.id == member.id
+    assert status(on_complete) == JobStatus.PENDING  # due again, once the member ended
+
+
+def test_a_due_step_not_started_waits_again_when_a_job_it_waits_for_is_retried() -> None:
+    workflow = enqueue_group([step("m0", fail=True), step("m1")], on_complete=summary("done"))
+    run_one()
+    run_one()
+    on_complete = role(workflow, "on_complete")
+    assert status(on_complete) == JobStatus.PENDING
+    failed = Job.objects.get(workflow_id=workflow.id, status=JobStatus.FAILED)
+
+    retry(failed.id, reason="provider back", actor="ops")
+
+    assert status(on_complete) == JobStatus.WAITING
+    resumed = JobEvent.objects.filter(job_id=on_complete.id, kind=EventKind.RESUMED).get()
+    assert (resumed.from_status, resumed.to_status) == (JobStatus.PENDING, JobStatus.WAITING)
+    run_until_settled(in_thread=True)
+    assert Job.objects.get(id=on_complete.id).return_value["summary"] == {"completed": 1, "failed": 1}
+    assert JobEvent.objects.filter(job_id=on_complete.id, kind=EventKind.DUE).count() == 2
+
+
 # ---- an operator's cancel stays ---------------------------------------------------------------
 
 

@@ -54,10 +54,11 @@ def test_the_table_is_complete_and_every_way_out_of_waiting_is_an_arrow() -> Non
     # person (a step a restore hold's release settled); nothing else. A waiting job never runs,
     # completes or fails without becoming pending first, or a person's review.
     assert TRANSITIONS[JobStatus.WAITING] == {JobStatus.PENDING, JobStatus.CANCELLED, JobStatus.NEEDS_REVIEW}
-    # Into waiting: born so, a stopped step resumed (cancelled → waiting) by a retry, or an
-    # operator's retry of a step (from any status a retry leaves) while its barrier is closed.
+    # Into waiting: born so, a stopped step resumed (cancelled → waiting) or a due one not
+    # started (pending → waiting) when a job it waits for is retried, or an operator's retry of a
+    # step (from any status a retry leaves) while its barrier is closed.
     into = {source for source, targets in TRANSITIONS.items() if JobStatus.WAITING in targets}
-    assert into == {JobStatus.CANCELLED, JobStatus.FAILED, JobStatus.NEEDS_REVIEW}
+    assert into == {JobStatus.CANCELLED, JobStatus.PENDING, JobStatus.FAILED, JobStatus.NEEDS_REVIEW}
     assert JobStatus.WAITING not in ENDED_STATUSES
 
 
