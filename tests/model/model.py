@@ -53,6 +53,8 @@ class MJob:
     #: How many times it entered ``waiting`` (born waiting, resumed, retried back to waiting).
     entered_waiting: int = 0
     dues: int = 0
+    #: Whether an operator retried it (an arrow into pending or waiting not its workflow's).
+    retried: bool = False
 
 
 @dataclass
@@ -140,6 +142,7 @@ class Model:
                 self.op_cancelled.add(job_id)
             if kind == "manual_retry":
                 self.op_cancelled.discard(job_id)
+                job.retried = True
         for job_id, count in dues_now.items():
             if count > 1:
                 self.fail(f"job {job_id} made due {count} times in one step")

@@ -270,7 +270,11 @@ class JobsMachine(RuleBasedStateMachine):
             if job.runs_if == "succeeded" and job.waits:
                 waited = sorted((w, statuses.get(w)) for w in job.waits)
                 if any(s not in ("completed", "skipped") for _, s in waited):
-                    self.model.fail(f"job {job.id} claimed while the jobs it waits for are {waited}")
+                    # Through an operator's retry that should have been refused, or otherwise.
+                    self.model.fail(
+                        f"job {job.id} claimed while the jobs it waits for are {waited}",
+                        "retry-step" if job.retried else None,
+                    )
 
     @precondition(lambda self: bool(self.inflight))
     @rule(
