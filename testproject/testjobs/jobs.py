@@ -652,20 +652,22 @@ def _model_reconcile(ctx: JobContext, payload: dict[str, Any]) -> Reconciliation
     return Reconciliation(MODEL_RECONCILE.pop(ctx.job_id, "not_done"))
 
 
-@job("test.model", backoff=_MODEL_BACKOFF, max_attempts=3)
+@job("test.model", backoff=_MODEL_BACKOFF, max_attempts=3, external=False)
 def model_plain(ctx: JobContext, payload: dict[str, Any]) -> dict[str, int]:
     """The model's job inside the database: does what MODEL_SCRIPT says."""
     return _scripted(ctx, payload)
 
 
-@job("test.model_review", backoff=_MODEL_BACKOFF, max_attempts=3, on_lost="needs_review")
+@job("test.model_review", backoff=_MODEL_BACKOFF, max_attempts=3, on_lost="needs_review", external=True)
 def model_review(ctx: JobContext, payload: dict[str, Any]) -> dict[str, int]:
     """The model's job that is parked when an execution may have done its effect (so it acts
     outside the database, and cannot reconcile)."""
     return _scripted(ctx, payload)
 
 
-@job("test.model_reconciled", backoff=_MODEL_BACKOFF, max_attempts=3, reconcile=_model_reconcile)
+@job(
+    "test.model_reconciled", backoff=_MODEL_BACKOFF, max_attempts=3, reconcile=_model_reconcile, external=True
+)
 def model_reconciled(ctx: JobContext, payload: dict[str, Any]) -> dict[str, int]:
     """The model's job outside the database that asks its provider (MODEL_RECONCILE)."""
     return _scripted(ctx, payload)
