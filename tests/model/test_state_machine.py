@@ -46,7 +46,7 @@ from django_jobs.maintenance import pruner, rescuer
 from django_jobs.models import Job, JobEvent, WorkflowStep
 from django_jobs.observe.diagnosis import explain
 from django_jobs.observe.reasons import Reason
-from django_jobs.transitions.operator import KeyHeld
+from django_jobs.transitions import KeyHeld
 from testproject.testjobs import jobs as testjobs
 from tests.model import driver
 from tests.model.model import ACTOR, MJob, Model
@@ -593,7 +593,7 @@ class JobsMachine(RuleBasedStateMachine):
 def _settings(examples: int) -> settings:
     return settings(
         max_examples=examples,
-        stateful_step_count=int(os.environ.get("DJANGO_JOBS_MODEL_STEPS", "40")),
+        stateful_step_count=int(os.environ.get("DJANGO_JOBS_MODEL_STEPS", "50")),
         deadline=None,
         suppress_health_check=list(HealthCheck),
         derandomize=False,
@@ -609,7 +609,7 @@ def test_the_state_machine_keeps_every_documented_rule() -> None:
     try:
         if not soak:
             run_state_machine_as_test(
-                JobsMachine, settings=_settings(int(os.environ.get("DJANGO_JOBS_MODEL_EXAMPLES", "40")))
+                JobsMachine, settings=_settings(int(os.environ.get("DJANGO_JOBS_MODEL_EXAMPLES", "60")))
             )
             return
         for _ in itertools.count():
