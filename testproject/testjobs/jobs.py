@@ -14,6 +14,7 @@ from django.db import IntegrityError, connection, transaction
 
 from django_jobs import (
     Backoff,
+    JobCancelled,
     JobContext,
     PermanentError,
     RateLimitedError,
@@ -618,3 +619,57 @@ def _once(ctx: JobContext, key: str) -> None:
             BusinessRow.objects.create(key=key, job_id=ctx.job_id, execution_id=ctx.execution_id)
     except IntegrityError:
         pass  # an earlier execution of this job did it
+
+
+# ---- the state machine's model (tests/model) --------------------------------------------------
+
+#: What the next execution of a job of the model's types does, by job id (taken when it runs):
+#: complete, retry, ambiguous (a retryable error whose code says the effect may have happened),
+#: permanent, skip, cancelled. A job with no entry completes.
+MODEL_SCRIPT: dict[int, str] = {}
+#: What a reconcile of the model's reconcilable type answers, by job id: done, not_done, unknown.
+MODEL_RECONCILE: dict[int, str] = {}
+#: Each start of a handler of the model's types: (job id, type), in order.
+MODEL_STARTS: list[tuple[int, str]] = []
+_MODEL_BACKOFF = Backoff(base=0.01, cap=0.01, jitter=0)
+
+
+def _scripted(ctx: JobContext, payload: dict[str, Any]) -> dict[str, int]:
+    MODEL_STARTS.append((ctx.job_id, ctx.type))
+    outcome = MODEL_SCRIPT.pop(ctx.job_id, "complete")
+    if outcome == "retry":
+        raise RetryableError("told to retry", code="PROVIDER_5XX")
+    if outcome == "ambiguous":
+        raise RetryableError("told to time out", code="NETWORK_TIMEOUT")
+    if outcome == "permanent":
+        raise PermanentError("told to fail", code="STEP_FAILED")
+    if outcome == "skip":
+        raise SkipJob("told to skip")
+    if outcome == "cancelled":
+        raise JobCancelled("told to stop")
+    return {"job": ctx.job_id}
+
+
+def _model_reconcile(ctx: JobContext, payload: dict[str, Any]) -> Reconciliation:
+    return Reconciliation(MODEL_RECONCILE.pop(ctx.job_id, "not_done"))
+
+
+@job("test.model", backoff=_MODEL_BACKOFF, max_attempts=3, external=False)
+def model_plain(ctx: JobContext, payload: dict[str, Any]) -> dict[str, int]:
+    """The model's job inside the database: does what MODEL_SCRIPT says."""
+    return _scripted(ctx, payload)
+
+
+@job("test.model_review", backoff=_MODEL_BACKOFF, max_attempts=3, on_lost="needs_review", external=True)
+def model_review(ctx: JobContext, payload: dict[str, Any]) -> dict[str, int]:
+    """The model's job that is parked when an execution may have done its effect (so it acts
+    outside the database, and cannot reconcile)."""
+    return _scripted(ctx, payload)
+
+
+@job(
+    "test.model_reconciled", backoff=_MODEL_BACKOFF, max_attempts=3, reconcile=_model_reconcile, external=True
+)
+def model_reconciled(ctx: JobContext, payload: dict[str, Any]) -> dict[str, int]:
+    """The model's job outside the database that asks its provider (MODEL_RECONCILE)."""
+    return _scripted(ctx, payload)
