@@ -98,11 +98,6 @@ def test_a_restore_release_settles_a_waiting_step_of_an_external_type() -> None:
     assert JobEvent.objects.filter(job_id=waiting.id, details__restore_hold=hold).exists()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the outcome of a set of retries must not depend on their order: retried before its member, "
-    "an operator-cancelled on_complete is pending (it may run while the member runs again); after, waiting",
-)
 def test_retrying_a_cancelled_callback_and_its_failed_member_ends_the_same_in_either_order() -> None:
     ended = {}
     for order, queue in (("callback first", "emails"), ("member first", "reports")):
