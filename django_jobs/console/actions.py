@@ -52,13 +52,15 @@ if TYPE_CHECKING:
 
 def retry(job_id: int, *, reason: str, actor: Actor | None = None, seen: Shown | None = None) -> str:
     """Retry a failed, cancelled or parked (``needs_review``) job by hand: it becomes pending
-    with a fresh attempt budget; its history and last error are kept. Returns the status it
-    left.
+    with a fresh attempt budget (a workflow's step: waiting again while a job it waits for has
+    not ended); its history and last error are kept. Returns the status it left.
 
     ``actor`` defaults to the system user and host of this process (:func:`default_actor`).
     Raises ``ValueError`` for a bad reason or actor, ``JobNotFound`` for an id no job has, and
-    ``ActionRefused`` if the job is in another state (or no longer as ``seen``) or another
-    active job holds its unique key; nothing is written then.
+    ``ActionRefused`` if the job is in another state (or no longer as ``seen``), another
+    active job holds its unique key or that of a step the retry would resume (``KeyHeld``), or
+    its workflow's rules refuse it (``StepRefused``: it would run against its condition, or
+    retention cut its workflow); nothing is written then.
     """
     name = actor_name(actor)
     check_reason(reason)
