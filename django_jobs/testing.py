@@ -33,13 +33,15 @@ from django_jobs.runtime.worker import Worker, WorkerStats, lease_for
 from django_jobs.states import ACTIVE_STATUSES, JobStatus
 from django_jobs.transitions import Claim, ClaimStatement, workflow_triggers
 from django_jobs.transitions.claimable import claim_inputs
+from django_jobs.transitions.restore import hold_open
 
 
 def run_one(queues: Sequence[str] | None = None, types: Sequence[str] | None = None) -> Job | None:
     """Claim at most one claimable job and run it here; return the job as it ended, or None.
 
     The job is the one a worker would claim next (``Job.objects.claimable(queues, types)``
-    lists them in that order). It is claimed by the worker's claim statement, run by the
+    lists them in that order); while a restore hold is open, jobs of types that may act outside
+    the database wait, as they do for a worker. It is claimed by the worker's claim statement, run by the
     worker's executor on the calling thread and on the jobs database's connection, and its
     outcome is decided and written by the worker's outcome writer, from this thread: all of it
     inside the caller's transaction, if there is one (a ``TestCase``). The handler's writes
@@ -52,7 +54,10 @@ def run_one(queues: Sequence[str] | None = None, types: Sequence[str] | None = N
     ``job_finished`` are sent after the commit (see ``django_jobs.signals``).
     """
     alias = jobs_settings.DATABASE
-    inputs = claim_inputs(registry.among(types))
+    candidates = registry.among(types)
+    if hold_open():  # as a worker's restore watch: a type that may act outside waits
+        candidates = [job_type for job_type in candidates if not job_type.acts_outside]
+    inputs = claim_inputs(candidates)
     if not inputs.versions:
         return None
     _count_workflows_now(alias)

@@ -165,6 +165,20 @@ def test_a_worker_under_a_hold_runs_only_the_jobs_whose_effects_stay_in_the_data
     assert Job.objects.get(id=later.id).status == JobStatus.COMPLETED
 
 
+def test_run_one_under_a_hold_runs_only_the_jobs_whose_effects_stay_in_the_database() -> None:
+    from django_jobs.testing import run_one
+
+    outside = JobFactory(type="test.unsafe", payload={})
+    inside = JobFactory(type="test.noop")
+    restore_holds.declare(actor="ops", reason="restored last night's backup")
+
+    ran = run_one()
+
+    assert ran is not None and ran.id == inside.id
+    assert run_one() is None  # the external job waits, as it does for a worker
+    assert (Job.objects.get(id=outside.id).status, Job.objects.get(id=outside.id).attempts) == ("pending", 0)
+
+
 def test_a_job_claimed_before_the_hold_opened_is_given_back_unstarted() -> None:
     outside = JobFactory(type="test.unsafe", payload={})
     worker = Worker(concurrency=1, burst=True)
@@ -415,7 +429,7 @@ def test_jobsrestore_command_reports_declares_and_releases() -> None:
     call_command("jobsrestore", "status", stdout=out)
     hold = RestoreHold.objects.get()
     assert f"restore hold {hold.id}: open since" in out.getvalue() and "generation 1" in out.getvalue()
-    reconciling = "test.marked_reconciled, test.provider_charge, test.reconciled_charge"
+    reconciling = "test.marked_reconciled, test.model_reconciled, test.provider_charge, test.reconciled_charge"
     assert f"with reconcile ({reconciling})" in out.getvalue()
     assert f"--hold {hold.id} --reason '...' [--done JOB ...] [--not-done JOB ...]" in out.getvalue()
     out = StringIO()
