@@ -429,7 +429,9 @@ def test_jobsrestore_command_reports_declares_and_releases() -> None:
     call_command("jobsrestore", "status", stdout=out)
     hold = RestoreHold.objects.get()
     assert f"restore hold {hold.id}: open since" in out.getvalue() and "generation 1" in out.getvalue()
-    reconciling = "test.marked_reconciled, test.model_reconciled, test.provider_charge, test.reconciled_charge"
+    reconciling = (
+        "test.marked_reconciled, test.model_reconciled, test.provider_charge, test.reconciled_charge"
+    )
     assert f"with reconcile ({reconciling})" in out.getvalue()
     assert f"--hold {hold.id} --reason '...' [--done JOB ...] [--not-done JOB ...]" in out.getvalue()
     out = StringIO()
