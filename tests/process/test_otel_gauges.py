@@ -25,7 +25,9 @@ pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 def last_export(path: Path) -> dict[str, dict[str, float]]:
     """The last export in the file: each instrument's values by queue (a counter's summed over
     its other attributes)."""
-    lines = path.read_text().splitlines() if path.exists() else []
+    # Only whole lines: the worker may be writing the next export as it is read.
+    text = path.read_text() if path.exists() else ""
+    lines = text[: text.rfind("\n") + 1].splitlines()
     found: dict[str, dict[str, float]] = {}
     if not lines:
         return found
