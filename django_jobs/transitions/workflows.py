@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from django.db import connections, transaction
+from django.db import connections
 
 from django_jobs.conf import jobs_settings
 from django_jobs.states import KEY_HOLDING_STATUSES
@@ -73,61 +73,47 @@ KEY_HOLDERS = (
 
 # ---- an operator cancels a workflow -------------------------------------------------------
 
-# Every member not ended is locked first, in id order, whatever its status: a worker's claim
-# skips a locked row, and an outcome waits for it. The two statements that follow then read the
-# members as they stay until the commit; without the locks, a member claimed between them would
-# be neither a pending one to cancel (the second saw it running) nor a running one to stop (the
-# first saw it pending). (Job rows are locked before any barrier: an outcome written meanwhile
-# waits on its job's row, never on a barrier this holds.)
-_LOCK_MEMBERS = """
-SELECT id FROM django_jobs_job
-WHERE workflow_id = %(workflow)s AND status IN ('pending', 'waiting', 'running')
-ORDER BY id FOR UPDATE
-"""
-# Running members: their executions learn of it from their heartbeats and end cancelled.
-# Then the members not started, at once.
-_CANCEL_RUNNING_MEMBERS = """
-WITH marked AS (
-    UPDATE django_jobs_job SET cancel_requested_at = now()
-    WHERE workflow_id = %(workflow)s AND status = 'running' AND cancel_requested_at IS NULL
-    RETURNING id, execution_id, worker_id, attempts
+# One statement: every member not ended is locked first, in id order, whatever its status (a
+# worker's claim skips a locked row; an outcome waits for it), then each is cancelled if it has
+# not started, or asked to stop if it runs: by the status the lock found, the newest. Two
+# statements would read two snapshots, and a member claimed between them would be neither a
+# pending one to cancel nor a running one to stop. Running members learn of it from their
+# heartbeats and end cancelled. (Job rows are locked before any barrier: an outcome written
+# meanwhile waits on its job's row, never on a barrier this holds.)
+_CANCEL_MEMBERS = """
+WITH locked AS (
+    SELECT id, status FROM django_jobs_job
+    WHERE workflow_id = %(workflow)s AND status IN ('pending', 'waiting', 'running')
+    ORDER BY id FOR UPDATE
+), asked AS (
+    UPDATE django_jobs_job j SET cancel_requested_at = now()
+    FROM locked WHERE j.id = locked.id AND locked.status = 'running' AND j.cancel_requested_at IS NULL
+    RETURNING j.id, j.execution_id, j.worker_id, j.attempts
+), moved AS (
+    UPDATE django_jobs_job j SET status = 'cancelled', cancel_requested_at = now(), finished_at = now()
+    FROM locked WHERE j.id = locked.id AND locked.status IN ('pending', 'waiting')
+    RETURNING j.id, locked.status, j.attempts
 ), events AS (
     INSERT INTO django_jobs_jobevent
         (job_id, kind, from_status, to_status, execution_id, worker_id, attempt, actor, reason)
     SELECT id, 'cancel_requested', 'running', 'running', execution_id, worker_id, attempts,
            %(actor)s, %(reason)s
-    FROM marked
+    FROM asked
+    UNION ALL
+    SELECT id, 'cancelled', status, 'cancelled', NULL, NULL, attempts, %(actor)s, %(reason)s FROM moved
 )
-SELECT count(*) FROM marked
-"""
-_CANCEL_WAITING_MEMBERS = """
-WITH old AS (
-    SELECT id, status FROM django_jobs_job
-    WHERE workflow_id = %(workflow)s AND status IN ('pending', 'waiting')
-    ORDER BY id FOR UPDATE
-), moved AS (
-    UPDATE django_jobs_job j SET status = 'cancelled', cancel_requested_at = now(), finished_at = now()
-    FROM old WHERE j.id = old.id AND j.status = old.status
-    RETURNING j.id, old.status, j.attempts
-), events AS (
-    INSERT INTO django_jobs_jobevent (job_id, kind, from_status, to_status, attempt, actor, reason)
-    SELECT id, 'cancelled', status, 'cancelled', attempts, %(actor)s, %(reason)s FROM moved
-)
-SELECT count(*) FROM moved
+SELECT (SELECT count(*) FROM moved), (SELECT count(*) FROM asked)
 """
 
 
 def cancel_workflow(workflow_id: int, *, actor: str | None, reason: str | None) -> tuple[int, int]:
     """Cancel every member of the workflow not started, and request the cancel of the running
-    ones, in one transaction; returns (cancelled, requested)."""
+    ones, in one statement; returns (cancelled, requested)."""
     params = {"workflow": workflow_id, "actor": actor, "reason": reason}
     alias = jobs_settings.DATABASE
-    with transaction.atomic(using=alias), connections[alias].cursor() as cursor:
-        cursor.execute(_LOCK_MEMBERS, params)
-        cursor.execute(_CANCEL_RUNNING_MEMBERS, params)
-        (requested,) = cursor.fetchone()
-        cursor.execute(_CANCEL_WAITING_MEMBERS, params)
-        (cancelled,) = cursor.fetchone()
+    with connections[alias].cursor() as cursor:
+        cursor.execute(_CANCEL_MEMBERS, params)
+        cancelled, requested = cursor.fetchone()
     return int(cancelled), int(requested)
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import datetime as dt
 import threading
+import time
 from typing import Any
 
 import pytest
@@ -33,7 +34,6 @@ from django_jobs.runtime.worker import Worker
 from django_jobs.states import EventKind, JobStatus
 from django_jobs.testing import run_one, run_until_settled
 from django_jobs.transitions import ActionRefused, KeyHeld, StepRefused, claim
-from django_jobs.transitions import workflows as sql
 from django_jobs.workflow_plan import LEAF_SIZE
 from django_jobs.workflows import jobs_of
 from testproject.testjobs.models import BusinessRow
@@ -376,30 +376,54 @@ def test_a_retry_in_a_workflow_an_older_retention_cut_apart_says_it_cannot_resum
 # ---- cancel_workflow against a claim -----------------------------------------------------------
 
 
-def test_cancel_workflow_leaves_no_member_claimed_between_its_statements_unstopped() -> None:
+def test_a_member_claimed_while_cancel_workflow_runs_is_asked_to_stop_and_the_rest_cancelled() -> None:
     workflow = enqueue_group([step("m0"), step("m1")], on_complete=summary("done"))
-    params: dict[str, Any] = {"workflow": workflow.id, "actor": "ops", "reason": "customer left"}
-    locked, claimed = threading.Event(), threading.Event()
+    claimed, commit = threading.Event(), threading.Event()
+    taken: list[Any] = []
 
-    def operator() -> None:  # transitions.workflows.cancel_workflow, statement by statement
-        alias = jobs_settings.DATABASE
-        with transaction.atomic(using=alias), connections[alias].cursor() as cursor:
-            cursor.execute(sql._LOCK_MEMBERS, params)
-            cursor.execute(sql._CANCEL_RUNNING_MEMBERS, params)
-            locked.set()
-            claimed.wait(10)
-            cursor.execute(sql._CANCEL_WAITING_MEMBERS, params)
+    def worker() -> None:  # a worker's claim, its transaction held open until told to commit
+        with transaction.atomic(using=jobs_settings.DATABASE):
+            taken.extend(claim(Worker(concurrency=1, burst=True)._producer.statement, 1))
+            claimed.set()
+            commit.wait(10)
         connections.close_all()
 
-    thread = threading.Thread(target=operator)
-    thread.start()
-    assert locked.wait(10)
-    taken = claim(Worker(concurrency=1, burst=True)._producer.statement, 1)  # a worker's claim
-    claimed.set()
-    thread.join(10)
+    claiming = threading.Thread(target=worker)
+    claiming.start()
+    assert claimed.wait(10) and len(taken) == 1
+    result: list[tuple[int, int]] = []
 
-    assert taken == []  # the members were locked: the claim passed them by
-    assert {job.status for job in jobs_of(workflow)} == {JobStatus.CANCELLED}
+    def operator() -> None:
+        result.append(cancel_workflow(workflow.id, reason="customer left", actor="ops"))
+        connections.close_all()
+
+    cancelling = threading.Thread(target=operator)
+    cancelling.start()
+    _wait_until_blocked(cancelling)  # on the claimed member's row
+    commit.set()  # the claim commits: the member is running when the cancel reads it
+    claiming.join(10)
+    cancelling.join(10)
+
+    member = Job.objects.get(id=taken[0].id)
+    assert (member.status, member.cancel_requested_at is not None) == (JobStatus.RUNNING, True)
+    others = [job.status for job in jobs_of(workflow) if job.id != member.id]
+    assert others == [JobStatus.CANCELLED, JobStatus.CANCELLED]
+    assert result == [(2, 1)]
+
+
+def _wait_until_blocked(thread: threading.Thread) -> None:
+    """Until a session of this database waits for a lock (the thread's statement)."""
+    for _ in range(200):
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+                " AND wait_event_type = 'Lock'"
+            )
+            if cursor.fetchone()[0]:
+                return
+        assert thread.is_alive()
+        time.sleep(0.05)
+    raise AssertionError("cancel_workflow never waited for the claimed member's row")
 
 
 def test_cancel_workflow_cancels_the_members_not_started_and_asks_the_running_to_stop() -> None:

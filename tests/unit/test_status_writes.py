@@ -269,7 +269,7 @@ ARROWS = {
     ("transitions/operator.py", "_RESOLVE"): "%(to)s",
     # A workflow's jobs are born pending or waiting; an operator cancels what has not started.
     ("transitions/workflows.py", "_INSERT_MEMBERS"): "r.status",
-    ("transitions/workflows.py", "_CANCEL_WAITING_MEMBERS"): "'cancelled'",
+    ("transitions/workflows.py", "_CANCEL_MEMBERS"): "'cancelled'",
     # The triggers of a member's end: a waiting step made due ('pending', or 'needs_review' for a
     # step a restore hold's release settled whose type cannot reconcile) or stopped
     # ('cancelled', the last of the statement's writes), a stopped one waiting again.
