@@ -162,6 +162,14 @@ def _stuck(active: QuerySet[Job]) -> str:
     ids = list(parked.values_list("id", flat=True)[:10])
     if ids:
         return f"jobs {', '.join(map(str, ids))} need review; resolve or retry them"
+    # A step retried after a job it waits for failed waits for that job's retry.
+    stopped = active.filter(status=JobStatus.WAITING, step__waits_on__remaining=0)
+    unsuccessful = Job.objects.using(jobs_settings.DATABASE).filter(
+        workflow_id__in=stopped.values("workflow_id"), status__in=(JobStatus.FAILED, JobStatus.CANCELLED)
+    )
+    ids = list(unsuccessful.order_by("id").values_list("id", flat=True)[:10])
+    if ids:
+        return f"jobs {', '.join(map(str, ids))} failed or were cancelled; retry them"
     return "the jobs they wait for are in queues not run here"
 
 

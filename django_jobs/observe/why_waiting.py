@@ -1,4 +1,5 @@
-"""Why a workflow's step does not run yet: it waits for the jobs before it to end.
+"""Why a workflow's step does not run yet: it waits for the jobs before it to end (or, retried
+by an operator after one of them failed, for that one's retry).
 
 It reads the barrier the step waits on (``reads.workflows``): how many of those jobs have not
 ended, and the first of them, with where each one is (running on which worker, pending, parked
@@ -30,11 +31,13 @@ def blockers(job: Job, evidence: list[tuple[str, str]]) -> list[Blocker]:
     size, remaining, failed = workflows.job_counts(waited)
     evidence.append(("workflow", f"{waited.workflow_id} ({waited.role})"))
     evidence.append(("waits for", f"{remaining} of {size} job(s) not ended, {failed} failed or cancelled"))
+    condition = _RUNS_IF.get(waited.runs_if, "")
+    if remaining == 0:
+        return [_awaits_a_retry(waited, evidence, condition)]
     first = workflows.not_ended(waited, MAX_NAMED)
     named = [_where(*row) for row in first]
     if named:
         evidence.append(("not ended", "; ".join(named)))
-    condition = _RUNS_IF.get(waited.runs_if, "")
     if size == 1 and named:
         sentence = f"It waits for {named[0]}: {condition}."
     else:
@@ -43,6 +46,19 @@ def blockers(job: Job, evidence: list[tuple[str, str]]) -> list[Blocker]:
             f" ({failed} failed or cancelled so far): {condition}."
         )
     return [Blocker(Reason.WAITING, sentence)]
+
+
+def _awaits_a_retry(waited: workflows.Waits, evidence: list[tuple[str, str]], condition: str) -> Blocker:
+    """A step an operator retried after the jobs it waits for ended, one of them failed or
+    cancelled: it waits for a retry of that job (then for its end)."""
+    named = [_where(*row) for row in workflows.unsuccessful(waited, MAX_NAMED)]
+    evidence.append(("to retry", "; ".join(named) or "none"))
+    them = ", ".join(named) or "a job before it"
+    return Blocker(
+        Reason.WAITING,
+        f"It was retried, but {them} ended without succeeding: it waits for an operator's retry of "
+        f"that job, then for its end ({condition}). Retry it, or cancel this one.",
+    )
 
 
 def _where(job_id: int, job_type: str, status: str, worker: str | None) -> str:

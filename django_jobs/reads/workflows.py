@@ -46,6 +46,14 @@ WHERE s.feeds_id = ANY(%s) AND j.status IN ('waiting', 'pending', 'running', 'ne
 ORDER BY s.job_id
 LIMIT %s
 """
+#: The first jobs feeding these barriers that failed or were cancelled.
+UNSUCCESSFUL = """
+SELECT j.id, j.type, j.status, j.worker_id
+FROM django_jobs_workflowstep s JOIN django_jobs_job j ON j.id = s.job_id
+WHERE s.feeds_id = ANY(%s) AND j.status IN ('failed', 'cancelled')
+ORDER BY s.job_id
+LIMIT %s
+"""
 #: The jobs counted by a tree's leaves: how many, not ended, ended with a failure.
 LEAF_COUNTS = "SELECT sum(size), sum(remaining), sum(failed) FROM django_jobs_barrier WHERE parent_id = %s"
 #: The members of a workflow with their places, in the order they were written.
@@ -172,6 +180,14 @@ def not_ended(waited: Waits, limit: int) -> list[tuple[int, str, str, str | None
     """The first ``limit`` jobs ``waited`` counts that have not ended: (id, type, status, worker)."""
     with connections[jobs_settings.DATABASE].cursor() as cursor:
         cursor.execute(NOT_ENDED, [waited.fed_by, limit])
+        return list(cursor.fetchall())
+
+
+def unsuccessful(waited: Waits, limit: int) -> list[tuple[int, str, str, str | None]]:
+    """The first ``limit`` jobs ``waited`` counts that failed or were cancelled: (id, type,
+    status, worker)."""
+    with connections[jobs_settings.DATABASE].cursor() as cursor:
+        cursor.execute(UNSUCCESSFUL, [waited.fed_by, limit])
         return list(cursor.fetchall())
 
 

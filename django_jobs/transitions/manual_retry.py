@@ -9,22 +9,18 @@ retry is refused, naming why, before anything is written.
 
 from __future__ import annotations
 
-from typing import Any
-
 from django.db import IntegrityError, connections, transaction
 
 from django_jobs.conf import jobs_settings
-from django_jobs.states import ENDED_STATUSES, KEY_HOLDING_STATUSES, SUCCEEDED_STATUSES
+from django_jobs.states import KEY_HOLDING_STATUSES
 from django_jobs.transitions.operator import _FENCE, _LINK, ActionRefused, Seen, _fenced
-from django_jobs.workflow_plan import FAILED as RUNS_IF_FAILED
 
 _HOLDING = ", ".join(f"'{status}'" for status in sorted(KEY_HOLDING_STATUSES))
-_UNSUCCESSFUL = ", ".join(f"'{status}'" for status in sorted(ENDED_STATUSES - SUCCEEDED_STATUSES))
 
 # The old row is locked first so the event can say which state the job left. A step of a
-# workflow goes where its gate says (``workflow_triggers._STEP_GATE``: back to waiting while a
-# job it waits for has not ended; refused if it would run against its condition); any other
-# job to pending. The retry is refused too, before it writes anything, if the stopped steps it
+# workflow goes where its gate says (``workflow_triggers._STEP_GATE``: pending when the jobs it
+# waits for ended as it needs, else back to waiting; refused when nothing could make it due);
+# any other job to pending. The retry is refused too, before it writes anything, if the stopped steps it
 # would resume hold a unique key another job has taken since (``clash``), or if retention
 # removed part of its workflow (``cut``: by a release that pruned workflows job by job).
 _MANUAL_RETRY = f"""
@@ -88,23 +84,24 @@ class KeyHeld(ActionRefused):
 
 
 class StepRefused(ActionRefused):
-    """The retry would run a workflow's step against its condition, or resume a workflow that
-    retention has cut."""
+    """The retry would leave a workflow's step waiting for what can never come (an
+    ``on_failure`` whose members all succeeded), or resume a workflow that retention has cut."""
 
 
 def manual_retry(
     job_id: int, *, actor: str, reason: str, seen: Seen | None = None, trace_context: str | None = None
 ) -> str:
     """An operator's retry: a failed, cancelled or parked job becomes pending with a fresh
-    attempt budget, or, for a workflow's step whose jobs before it have not all ended, waiting
-    again. Returns the status it left. ``trace_context`` (JSON text), when the retry is
+    attempt budget, or, for a workflow's step whose jobs before it have not all ended as it
+    needs, waiting again (for them to end, or for an operator's retry of the one that
+    failed). Returns the status it left. ``trace_context`` (JSON text), when the retry is
     traced, replaces the one the job stored: its next executions are the retry's children.
 
     Raises ``ActionRefused`` if the job is in another state (or no longer as ``seen``);
-    ``StepRefused`` if it is a workflow's step whose jobs before it ended so that it must not
-    run (``on_success`` after a failed member: retry the member), or its workflow lost jobs to
-    retention; ``KeyHeld`` if another active job holds its unique key, or the key of a
-    stopped step the retry would resume (the retry would run the same work twice at once).
+    ``StepRefused`` if it is a workflow's step that no retry could make due (an
+    ``on_failure`` whose members all succeeded), or its workflow lost jobs to retention;
+    ``KeyHeld`` if another active job holds its unique key, or the key of a stopped step the
+    retry would resume (the retry would run the same work twice at once).
     Nothing is written then.
     """
     alias = jobs_settings.DATABASE
@@ -114,7 +111,7 @@ def manual_retry(
             cursor.execute(_MANUAL_RETRY, params)
             left, _went, gate, clash, cut = cursor.fetchone()
             if left is None and gate == "refused":
-                raise StepRefused(_unmet(cursor, job_id))
+                raise StepRefused(_unmet(job_id))
     except IntegrityError as exc:
         raise KeyHeld(_own_key_held(job_id)) from exc
     if clash is not None:
@@ -138,30 +135,11 @@ def manual_retry(
 
 
 # The jobs a refused step waited for that decide against it, and its condition.
-_UNMET = f"""
-SELECT me.runs_if, j.id, j.status
-FROM django_jobs_workflowstep me
-LEFT JOIN django_jobs_barrier b ON b.id = me.waits_on_id OR b.parent_id = me.waits_on_id
-LEFT JOIN django_jobs_workflowstep s ON s.feeds_id = b.id
-LEFT JOIN django_jobs_job j ON j.id = s.job_id AND j.status IN ({_UNSUCCESSFUL})
-WHERE me.job_id = %s
-ORDER BY j.id NULLS LAST LIMIT 3
-"""
-
-
-def _unmet(cursor: Any, job_id: int) -> str:
-    cursor.execute(_UNMET, [job_id])
-    rows = cursor.fetchall()
-    failed = [f"job {row[1]} ({row[2]})" for row in rows if row[1] is not None]
-    if rows and rows[0][0] == RUNS_IF_FAILED:
-        return (
-            f"job {job_id} was not retried: it runs only if one of the jobs it waits for failed or "
-            "was cancelled, and every one of them succeeded"
-        )
+def _unmet(job_id: int) -> str:
+    # The gate refuses only a step that runs after a failure, once all it waits for succeeded.
     return (
-        f"job {job_id} was not retried: it runs only if the jobs it waits for succeed, and "
-        f"{', '.join(failed) or 'one of them'} did not: retry that first (a step its workflow "
-        "stopped then waits for it again)"
+        f"job {job_id} was not retried: it runs only if one of the jobs it waits for failed or "
+        "was cancelled, and every one of them succeeded: no retry can make it due"
     )
 
 

@@ -29,10 +29,11 @@ workflow resuming it, an operator's retry): a step cancelled later by an operato
 brought back by a retry of another job.
 
 **Where an operator's retry sends a step** (``STEP_GATE``, read by ``manual_retry``):
-back to ``waiting`` while a job it waits for has not ended, ``pending`` once they all ended
-and its condition holds; a retry that would run it against its condition is refused. So a set
-of retries ends the same in any order: retrying a stopped ``on_success`` before the failed
-member it waits for, or in the same transaction, leaves it waiting for that member's end.
+``pending`` once the jobs it waits for all ended and its condition holds, else back to
+``waiting``, to be decided when its barrier next opens (a step that runs only after a failure,
+when they all succeeded, is refused: nothing could make it due). So a set of retries ends the
+same in any order: retrying a stopped ``on_success`` before the failed member it waits for,
+after it, or in the same transaction, leaves it waiting for that member's next end.
 
 The functions below are installed by migration 0020 from these texts, and again by migration
 0026 (``FUNCTIONS``). A change to them needs a migration of its own that installs
@@ -42,7 +43,7 @@ The functions below are installed by migration 0020 from these texts, and again 
 from __future__ import annotations
 
 from django_jobs.states import ENDED_STATUSES, SUCCEEDED_STATUSES
-from django_jobs.workflow_plan import runs_condition
+from django_jobs.workflow_plan import SUCCEEDED, runs_condition
 
 _ENDED = ", ".join(f"'{status}'" for status in sorted(ENDED_STATUSES))
 _FAILED = ", ".join(f"'{status}'" for status in sorted(ENDED_STATUSES - SUCCEEDED_STATUSES))
@@ -221,13 +222,16 @@ END
 $$;
 """
 
-# Where an operator's retry sends a step that waits for others: back to 'waiting' while one of
-# them has not ended (its barrier opens later, and decides then), 'pending' when they all ended
-# and its condition holds, 'refused' when they ended and it does not (it would run on what it
-# must not: on_success after a failure, the step after a failed one). NULL for a job that waits
-# for nothing. The barrier's row is locked, so a job ending meanwhile is counted after this
-# retry's commit, and then finds the step waiting. A tree is read from its leaves, which count
-# this transaction's own retries at once (the parent counts them only at commit).
+# Where an operator's retry sends a step that waits for others: 'pending' when they all ended
+# and its condition holds; else back to 'waiting', to be decided when its barrier next opens:
+# while one of them has not ended, and also when they ended and one failed or was cancelled
+# for a step that runs only if they succeed (it waits for an operator's retry of that job, and
+# explainjob names it; were it refused, the outcome of a set of retries would depend on which
+# came first). 'refused' for a step that runs only after a failure when they all succeeded:
+# no retry can ever make it due. NULL for a job that waits for nothing. The barrier's row is
+# locked, so a job ending meanwhile is counted after this retry's commit, and then finds the
+# step waiting. A tree is read from its leaves, which count this transaction's own retries at
+# once (the parent counts them only at commit).
 _STEP_GATE = f"""
 CREATE OR REPLACE FUNCTION django_jobs_step_gate(step_job bigint)
 RETURNS text LANGUAGE plpgsql AS $$
@@ -252,6 +256,8 @@ BEGIN
         RETURN 'waiting';
     ELSIF {runs_condition("runs_if", "any_failed")} THEN
         RETURN 'pending';
+    ELSIF runs_if = '{SUCCEEDED}' THEN
+        RETURN 'waiting';
     END IF;
     RETURN 'refused';
 END

@@ -30,6 +30,8 @@ from django_jobs.models import (
     Workflow,
     WorkflowStep,
 )
+from django_jobs.observe.diagnosis import explain
+from django_jobs.observe.reasons import Reason
 from django_jobs.runtime.worker import Worker
 from django_jobs.states import EventKind, JobStatus
 from django_jobs.testing import run_one, run_until_settled
@@ -103,24 +105,44 @@ def test_a_step_retried_while_the_step_before_it_runs_waits_for_it_again() -> No
     assert JobEvent.objects.filter(job_id=ship.id, kind=EventKind.DUE).count() == 1
 
 
-def test_a_step_after_a_failed_one_is_not_retried_alone_and_says_what_to_retry() -> None:
+def test_a_step_after_a_failed_one_retried_alone_waits_for_that_ones_retry_and_says_so() -> None:
     workflow = enqueue_chain(step("a", fail=True), step("b"))
     run_until_settled(in_thread=True)
     a, b = jobs_of(workflow)
     assert (status(a), status(b)) == (JobStatus.FAILED, JobStatus.CANCELLED)
 
-    with pytest.raises(StepRefused, match=rf"job {a.id} \(failed\) did not: retry that first"):
-        retry(b.id, reason="try b alone", actor="ops")
+    assert retry(b.id, reason="try b alone", actor="ops") == "cancelled"
 
-    assert status(b) == JobStatus.CANCELLED
-    assert not JobEvent.objects.filter(job_id=b.id, kind=EventKind.MANUAL_RETRY).exists()
+    assert status(b) == JobStatus.WAITING and run_one() is None  # b never runs before a
+    why = explain(b.id)
+    assert why.reason == Reason.WAITING
+    assert f"job {a.id} (test.step, failed) ended without succeeding" in why.sentence
+    assert dict(why.evidence)["to retry"] == f"job {a.id} (test.step, failed)"
+    with pytest.raises(TimeoutError, match=rf"jobs {a.id} failed or were cancelled; retry them"):
+        run_until_settled(in_thread=True)
+
+    Job.objects.filter(id=a.id).update(payload={"key": "a-fixed"})
+    retry(a.id, reason="fixed", actor="ops")
+    run_until_settled(in_thread=True)
+    assert (status(a), status(b)) == (JobStatus.COMPLETED, JobStatus.COMPLETED) and ran("b")
+
+
+def test_a_step_retried_alone_is_stopped_again_when_the_job_before_it_fails_again() -> None:
+    workflow = enqueue_chain(step("a", fail=True), step("b"))
+    run_until_settled(in_thread=True)
+    a, b = jobs_of(workflow)
+    retry(b.id, reason="try b alone", actor="ops")
+    retry(a.id, reason="once more", actor="ops")
+    run_until_settled(in_thread=True)  # a fails again
+    assert (status(a), status(b)) == (JobStatus.FAILED, JobStatus.CANCELLED) and not ran("b")
+    assert WorkflowStep.objects.get(job_id=b.id).stopped  # its workflow stopped it: a's retry resumes it
 
 
 def test_on_failure_is_not_retried_when_every_member_succeeded() -> None:
     workflow = enqueue_group([step("m0"), step("m1")], on_failure=summary("bad"))
     run_until_settled(in_thread=True)
     on_failure = role(workflow, "on_failure")
-    with pytest.raises(StepRefused, match="failed or was cancelled, and every one of them succeeded"):
+    with pytest.raises(StepRefused, match="every one of them succeeded: no retry can make it due"):
         retry(on_failure.id, reason="run it anyway", actor="ops")
     assert status(on_failure) == JobStatus.CANCELLED and not ran("bad")
 
@@ -150,9 +172,8 @@ def test_retrying_a_failed_member_and_its_stopped_on_success_ends_the_same_in_ei
     on_success = role(workflow, "on_success")
 
     order = (on_success.id, member.id) if callback_first else (member.id, on_success.id)
-    refusals = _retry_in_order(*order)
+    _retry_in_order(*order)  # the callback's second retry, if any, is refused: it waits already
 
-    assert len(refusals) == 1  # the callback's retry: refused, or it already waits again
     assert (status(member), status(on_success)) == (JobStatus.PENDING, JobStatus.WAITING)
     run_until_settled(in_thread=True)  # the member fails again
     assert (status(member), status(on_success)) == (JobStatus.FAILED, JobStatus.CANCELLED)

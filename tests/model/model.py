@@ -18,7 +18,7 @@ KEY_HOLDING = frozenset({"waiting", "pending", "running", "needs_review"})
 #: The intended rules the model encodes that today's code may not keep yet, by the name a
 #: breach of each is reported under.
 KNOWN = {
-    "retry-step": "an operator's retry of a step that waits: waiting, pending, or refused",
+    "retry-step": "an operator's retry of a step that waits: pending if it may run now, else waiting",
     "stopped-mark": "an operator's retry or cancel clears the stopped mark: a step they cancelled stays so",
     "order": "the outcome of a set of retries does not depend on their order or batching",
     "key-held": "a retry that would resume a stopped step whose key is held is refused, naming both",
@@ -83,14 +83,17 @@ class Model:
 
     def runs_when_ended(self, job: MJob, statuses: dict[int, str]) -> str:
         """Where an operator's retry of ``job`` (failed, cancelled or parked) takes it by the
-        intended rules: waiting while a job it waits for has not ended; pending when they all
-        ended and its condition holds; refused otherwise."""
+        intended rules: pending when they all ended and its condition holds; else waiting
+        (for them to end, or, for a step that runs if they succeeded, for a retry of the one
+        that did not); refused for a step that runs after a failure when they all succeeded."""
         if not job.waits:
             return "pending"
         waited = [statuses[w] for w in job.waits]
         if any(s not in ENDED_STATUSES for s in waited):
             return "waiting"
-        return "pending" if condition_holds(job.runs_if, waited) else "refused"
+        if condition_holds(job.runs_if, waited):
+            return "pending"
+        return "waiting" if job.runs_if == SUCCEEDED else "refused"
 
     def downstream(self, job_id: int) -> list[MJob]:
         return [j for j in self.jobs.values() if job_id in j.waits]
@@ -162,7 +165,10 @@ class Model:
                 self.fail(f"job {job.id} is kept, but a job it waits for was pruned")
                 continue
             all_ended = all(s in ENDED_STATUSES for s in waited)
-            if status == "waiting" and all_ended:
+            # Waiting once they all ended: only a step that runs if they succeeded, retried by an
+            # operator after one did not, waiting for that one's retry (explainjob names it).
+            awaits_a_retry = job.runs_if == SUCCEEDED and not all(s in SUCCEEDED_STATUSES for s in waited)
+            if status == "waiting" and all_ended and not awaits_a_retry:
                 self.fail(
                     f"job {job.id} ({job.role}) waits, but every job it waits for ended "
                     f"({sorted(zip(job.waits, waited, strict=True))}): it waits forever"

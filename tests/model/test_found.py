@@ -12,7 +12,7 @@ import pytest
 from django.db.models.functions import Now
 
 import django_jobs
-from django_jobs import ActionRefused, Step
+from django_jobs import Step
 from django_jobs.console import restore_holds
 from django_jobs.maintenance import pruner
 from django_jobs.models import Job, JobEvent
@@ -44,15 +44,15 @@ def fails(job: Job) -> None:
     assert ran is not None and (ran.id, ran.status) == (job.id, "failed")
 
 
-def test_a_retry_of_a_step_its_failed_predecessor_stopped_is_refused() -> None:
+def test_a_retry_of_a_step_its_failed_predecessor_stopped_waits_and_is_never_claimed() -> None:
     first, second = jobs_of(
         django_jobs.enqueue_chain(Step(PLAIN, {}, queue="emails"), Step(PLAIN, {}, queue="emails")).id
     )
     fails(first)
     assert Job.objects.get(id=second.id).status == "cancelled"  # stopped by its chain
-    with pytest.raises(ActionRefused):
-        django_jobs.retry(second.id, **OPERATOR)
-    assert Job.objects.get(id=second.id).status == "cancelled"
+    django_jobs.retry(second.id, **OPERATOR)
+    assert Job.objects.get(id=second.id).status == "waiting"  # for a retry of the failed step
+    assert run_one() is None
 
 
 def completes(job: Job) -> None:

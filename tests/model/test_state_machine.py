@@ -576,7 +576,8 @@ class JobsMachine(RuleBasedStateMachine):
             if not found.sentence or not found.reason:
                 model.fail(f"explainjob {job_id} ({status}) names no reason")
             if status == "waiting":
-                named = dict(found.evidence).get("not ended", "")
+                evidence = dict(found.evidence)
+                named = evidence.get("not ended", "") or evidence.get("to retry", "").replace("none", "")
                 if found.reason != Reason.WAITING or not named:
                     model.fail(
                         f"explainjob {job_id} waits without naming a job it waits for: {found.sentence}"
