@@ -190,7 +190,9 @@ class JobActionPages(JobPages):
         user = request.user
         assert isinstance(user, AbstractBaseUser)  # the admin's views admit signed-in users only
         done, refused = 0, []
-        for job_id, seen in sorted(jobs.items(), reverse=True):
+        # In id order, as a bulk operation acts: where two of them cannot both be done (one
+        # unique key), the older one is.
+        for job_id, seen in sorted(jobs.items()):
             try:
                 action.run(job_id, user, reason, seen)
             except (transitions.ActionRefused, JobNotFound) as exc:
