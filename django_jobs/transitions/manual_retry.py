@@ -72,7 +72,7 @@ WITH RECURSIVE old AS (
            jsonb_build_object('manual_retries', manual_retries) || coalesce({_LINK}, '{{}}')
     FROM moved
 )
-SELECT (SELECT status FROM moved), (SELECT went FROM moved), (SELECT gate FROM gate),
+SELECT (SELECT status FROM moved), (SELECT gate FROM gate),
        (SELECT ARRAY[id::text, unique_key, holder::text] FROM clash),
        (SELECT ARRAY[id, size, kept] FROM cut WHERE kept < size)
 """
@@ -109,7 +109,7 @@ def manual_retry(
     try:
         with transaction.atomic(using=alias), connections[alias].cursor() as cursor:
             cursor.execute(_MANUAL_RETRY, params)
-            left, _went, gate, clash, cut = cursor.fetchone()
+            left, gate, clash, cut = cursor.fetchone()
             if left is None and gate == "refused":
                 raise StepRefused(_unmet(job_id))
     except IntegrityError as exc:
