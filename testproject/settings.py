@@ -107,8 +107,11 @@ TASKS = {
 # A project whose TASKS names JobsBackend but whose INSTALLED_APPS lacks "django_jobs" (the
 # system checks' process test): Django's own apps only, and URLs that import none of the jobs.
 if env.bool("DJANGO_JOBS_NOT_INSTALLED", default=False):
-    INSTALLED_APPS = [app for app in INSTALLED_APPS if app.startswith("django") and app != "django_jobs"]
-    ROOT_URLCONF = "testproject.bare_urls"
+    INSTALLED_APPS = [
+        *(app for app in INSTALLED_APPS if app.startswith("django") and app != "django_jobs"),
+        "testproject.bare",
+    ]
+    ROOT_URLCONF = "testproject.bare.urls"
 
 # How long completed jobs are kept, for the retention soak (bench/churn_soak.py).
 if env("DJANGO_JOBS_COMPLETED_RETENTION", default=None) is not None:

@@ -44,6 +44,8 @@ from django_jobs.tasks_framework.options import OPTIONS_HINT, read_options
 # that is not installed raises RuntimeError before check() can say what is wrong (E060). The
 # enqueue and the runner (tasks_framework.run) are imported where they are used.
 
+_INSTALL_HINT = "Add 'django_jobs' to INSTALLED_APPS and run `manage.py migrate`."
+
 #: Every family's InvalidTask: the base class raises its own family's.
 _INVALID_TASK: tuple[type[Exception], ...] = tuple(f.InvalidTask for f in taskapi.FAMILIES)
 
@@ -68,6 +70,8 @@ class JobsBackend(taskapi.PRIMARY.BaseTaskBackend):  # type: ignore[name-defined
         self.timeout: float | None = policy.timeout
 
     def _refuse_if_misconfigured(self) -> None:
+        if not _jobs_installed():
+            raise ImproperlyConfigured(f"{self._not_installed()}; nothing was enqueued. {_INSTALL_HINT}")
         if self.problems:
             raise ImproperlyConfigured("; ".join(self.problems) + "; nothing was enqueued")
 
@@ -79,18 +83,14 @@ class JobsBackend(taskapi.PRIMARY.BaseTaskBackend):  # type: ignore[name-defined
         traceback."""
         messages = list(super().check(**kwargs))
         if not apps.is_installed("django_jobs"):
-            messages.append(
-                checks.Error(
-                    f"TASKS[{self.alias!r}] uses {type(self).__name__}, "
-                    "but django_jobs is not in INSTALLED_APPS",
-                    hint="Add 'django_jobs' to INSTALLED_APPS and run `manage.py migrate`.",
-                    id="django_jobs.E060",
-                )
-            )
+            messages.append(checks.Error(self._not_installed(), hint=_INSTALL_HINT, id="django_jobs.E060"))
         messages.extend(
             checks.Error(problem, hint=OPTIONS_HINT, id="django_jobs.E061") for problem in self.problems
         )
         return messages
+
+    def _not_installed(self) -> str:
+        return f"TASKS[{self.alias!r}] uses {type(self).__name__}, but django_jobs is not in INSTALLED_APPS"
 
     # ---- validation --------------------------------------------------------------------------
 
@@ -178,6 +178,8 @@ class JobsBackend(taskapi.PRIMARY.BaseTaskBackend):  # type: ignore[name-defined
 
         Raises ``TaskResultDoesNotExist`` (both families catch it) for an id no task has.
         """
+        if not _jobs_installed():
+            raise ImproperlyConfigured(f"{self._not_installed()}: there are no results. {_INSTALL_HINT}")
         try:
             job_id = int(result_id)
         except (TypeError, ValueError):

@@ -192,15 +192,15 @@ class JobsMachine(RuleBasedStateMachine):
         key_refused = False
         with transaction.atomic():
             for i, (label, way) in enumerate(runs):
-                point = transaction.savepoint()
+                point = connection.savepoint()
                 self.key_refused = False
                 way()
                 key_refused = key_refused or self.key_refused
                 seen.append((label, self._snapshot(stopped)))
                 if i < len(runs) - 1:
-                    transaction.savepoint_rollback(point)
+                    connection.savepoint_rollback(point)
                 else:
-                    transaction.savepoint_commit(point)
+                    connection.savepoint_commit(point)
         if key_refused:
             # One unique key wanted by two of the jobs these retries make live (their own, or
             # that of a stopped step they resume): the first retried takes it and the other is
