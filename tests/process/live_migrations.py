@@ -208,6 +208,9 @@ def main() -> None:
     args = parser.parse_args()
 
     os.environ["DATABASE_URL"] = args.url
+    # The job tables on that database alone, whatever the caller's environment routes elsewhere.
+    for routed in ("JOBS_DATABASE_URL", "CONSOLE_DATABASE_URL", "LISTEN_DATABASE_URL"):
+        os.environ.pop(routed, None)
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "testproject.settings")
     import django
     from django.conf import settings

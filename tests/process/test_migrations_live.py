@@ -3,7 +3,8 @@ in every status of the schema then; while it runs, old workers enqueue, claim ``
 LOCKED``, heartbeat and complete jobs with the previous release's statements; the migrating
 connection's ``lock_timeout`` is 2 s, so a migration that waits long for a lock fails here, as
 it would hold up the old workers queued behind it on a live system. Then every migration is
-unapplied the same way (docs/upgrading.md, "Rolling back").
+unapplied the same way, under workers of the release rolled back to, the waiting steps
+cancelled before 0020 is (docs/upgrading.md, "Rolling back").
 
 On a database of its own on the test server (created and dropped here), through
 tests/process/live_migrations.py in a subprocess; bench/migration_times.py runs the same on a
