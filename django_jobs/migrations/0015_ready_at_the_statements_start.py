@@ -8,9 +8,9 @@ waited, not ready, until a claim promoted it: an UPDATE more per job, and a back
 way drained at half speed until promoted. Comparing with the statement's start keeps a job due
 at its write ready; one due later is still not.
 
-Replacing the trigger is one short transaction (a SHARE ROW EXCLUSIVE lock on the job table,
-for the time of two catalog changes): writes wait for it, reads and claims do not. Jobs written
-not ready before are promoted by the claims, as they were.
+Replacing the trigger is one short transaction: ``DROP TRIGGER`` takes an ACCESS EXCLUSIVE lock
+on the job table for the time of two catalog changes (reads, claims and writes wait that moment;
+docs/upgrading.md). Jobs written not ready before are promoted by the claims, as they were.
 """
 
 from django.db import migrations

@@ -4,8 +4,10 @@
   ``workflowstep`` (each member job's place).
 - The job table gains ``workflow_id`` (nullable, no default: a change of the catalog only, no
   rewrite) and two partial indexes that hold member jobs alone (empty until workflows are used).
-- The status ``waiting``: the check of valid statuses is replaced ``NOT VALID`` and validated
-  apart, which reads the table without blocking its writes.
+- The status ``waiting``: the check of valid statuses is replaced ``NOT VALID``, then validated.
+  All of it is one transaction, which keeps the ACCESS EXCLUSIVE lock the new column took while
+  the two indexes are built and the check validated: the job table is blocked for about a second
+  per million jobs (docs/upgrading.md).
 - The triggers that count member jobs as they end (``transitions.workflow_triggers``).
 
 Migration 0021 widens the unique keys to waiting jobs, with indexes built concurrently.
