@@ -93,6 +93,7 @@ class Smoke:
             PYTHONNOUSERSITE="1",
             PIP_DISABLE_PIP_VERSION_CHECK="1",
             SMOKE_DATABASE_URL=self.database_url,
+            SMOKE_CHECKOUT=str(CHECKOUT),
         )
 
     def run(self, wheel: Path, extras: list[str], django: str) -> None:

@@ -1,7 +1,8 @@
 """The smoke's checks that need the project loaded, one step each, run by release/smoke.py
 between the real commands (migrate, runjobs, collectstatic, jobsselftest) in this order:
 
-- ``where``: django_jobs is the wheel's, installed in this virtualenv, not a checkout;
+- ``where``: django_jobs is the wheel's, installed in this virtualenv, and nothing of the
+  checkout is on the path;
 - ``enqueue``: a job, a chain of two steps and a task of Django's Tasks framework;
 - ``outcomes``: after ``runjobs --burst``, each completed with the value its handler returned;
 - ``console``: the admin's pages of the console render, from the wheel's templates, with every
@@ -13,6 +14,7 @@ What one step learns for a later one (the ids it enqueued) is kept in smoke-stat
 from __future__ import annotations
 
 import json
+import os
 import re
 import sys
 from importlib import metadata
@@ -60,6 +62,10 @@ class Command(BaseCommand):
             package.is_relative_to(Path(sys.prefix).resolve()),
             f"django_jobs is imported from {package}, not from this virtualenv ({sys.prefix})",
         )
+        # Nothing of the checkout the wheel was built from is importable here.
+        checkout = Path(os.environ["SMOKE_CHECKOUT"]).resolve()
+        inside = [entry for entry in sys.path if Path(entry or ".").resolve().is_relative_to(checkout)]
+        self.expect(not inside, f"sys.path reaches into the checkout {checkout}: {inside}")
         installed = metadata.distribution(DISTRIBUTION)
         version = installed.version
         self.expect(
