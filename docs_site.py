@@ -25,7 +25,7 @@ from mkdocs.structure.pages import Page
 
 ROOT = Path(__file__).resolve().parent
 #: Pages kept outside docs/: their path in the repository, and their path in the site.
-OUTSIDE = {"bench/README.md": "benchmarks.md"}
+OUTSIDE = {"bench/README.md": "benchmarks.md", "CHANGELOG.md": "changelog.md"}
 LLMS = "llms.txt"
 
 _SPHINX_ROLE = re.compile(r":(?:func|class|meth|attr|data|exc|mod|obj):(?=<code>)")

@@ -39,6 +39,10 @@ if TYPE_CHECKING:
     from django_jobs.enqueueing import enqueue, enqueue_many
     from django_jobs.workflows import enqueue_chain, enqueue_group, enqueue_workflow
 
+# The one place the version is written: pyproject.toml reads it, CHANGELOG.md's top entry must
+# name it (release/check_version.py).
+__version__ = "1.0.0"
+
 __all__ = [
     "ActionRefused",
     "Backoff",

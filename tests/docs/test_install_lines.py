@@ -8,11 +8,15 @@ import re
 
 import pytest
 
+import django_jobs
 from tests.docs.snippets import CHECKOUT, DISTRIBUTION, DOCUMENTS, ROOT
 
-WHEEL = re.compile(rf"^dist/{DISTRIBUTION.replace('-', '_')}-[\w.]+-py3-none-any\.whl$")
-#: What a reader may install besides django_jobs itself, each named by its own distribution.
-OTHER_DISTRIBUTIONS = ("django-tasks", "prometheus-client", "django-health-check")
+#: The wheel `python -m build` makes in the checkout's dist/, named from the checkout or by its path.
+_WHEEL_NAME = rf"{DISTRIBUTION.replace('-', '_')}-(?P<version>[\w.]+)-py3-none-any\.whl"
+WHEEL = re.compile(rf"^(?:{re.escape(CHECKOUT)}/)?dist/{_WHEEL_NAME}$")
+#: What a reader may install besides django_jobs itself, each named by its own distribution
+#: (build: the tool that makes the wheel).
+OTHER_DISTRIBUTIONS = ("django-tasks", "prometheus-client", "django-health-check", "build")
 _PIP_INSTALL = re.compile(r"pip install ((?:'[^']*'|\"[^\"]*\"|[^\s`'\"]+))")
 
 
@@ -47,3 +51,10 @@ def test_every_install_line_names_the_distribution_pyproject_builds(where: str, 
 def test_the_quickstart_installs_the_checkout() -> None:
     quickstart = [t for w, t in install_targets() if w.startswith("docs/quickstart.md")]
     assert CHECKOUT in quickstart
+
+
+def test_every_wheel_line_names_this_version() -> None:
+    wheels = [(w, WHEEL.match(t.split("[", 1)[0])) for w, t in install_targets()]
+    versions = {where: match["version"] for where, match in wheels if match}
+    assert versions, "no document says how to install the built wheel"
+    assert set(versions.values()) == {django_jobs.__version__}, versions
