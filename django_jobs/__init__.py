@@ -37,6 +37,7 @@ if TYPE_CHECKING:
     from django_jobs.console.job_filter import InvalidFilter, JobFilter
     from django_jobs.console.pausing import pause_queue, resume_queue
     from django_jobs.enqueueing import enqueue, enqueue_many
+    from django_jobs.reads.queues import QueueDepth, queue_depth
     from django_jobs.workflows import enqueue_chain, enqueue_group, enqueue_workflow
 
 __all__ = [
@@ -61,6 +62,7 @@ __all__ = [
     "LeaseLost",
     "PayloadTooLarge",
     "PermanentError",
+    "QueueDepth",
     "RateLimitedError",
     "Reconciliation",
     "RetryableError",
@@ -81,6 +83,7 @@ __all__ = [
     "matching",
     "once",
     "pause_queue",
+    "queue_depth",
     "resume_queue",
     "retry",
     "retry_matching",
@@ -116,4 +119,8 @@ def __getattr__(name: str) -> Any:
         from django_jobs.console import pausing as queues
 
         return getattr(queues, name)
+    if name in ("queue_depth", "QueueDepth"):
+        from django_jobs.reads import queues as figures
+
+        return getattr(figures, name)
     raise AttributeError(f"module 'django_jobs' has no attribute {name!r}")
