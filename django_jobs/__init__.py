@@ -38,6 +38,7 @@ if TYPE_CHECKING:
     from django_jobs.console.pausing import pause_queue, resume_queue
     from django_jobs.enqueueing import enqueue, enqueue_many
     from django_jobs.reads.queues import QueueDepth, queue_depth
+    from django_jobs.runtime.worker import Worker
     from django_jobs.workflows import enqueue_chain, enqueue_group, enqueue_workflow
 
 __all__ = [
@@ -70,6 +71,7 @@ __all__ = [
     "Step",
     "UnknownJobType",
     "UnknownQueue",
+    "Worker",
     "cancel",
     "cancel_matching",
     "cancel_workflow",
@@ -119,6 +121,10 @@ def __getattr__(name: str) -> Any:
         from django_jobs.console import pausing as queues
 
         return getattr(queues, name)
+    if name == "Worker":
+        from django_jobs.runtime import worker
+
+        return worker.Worker
     if name in ("queue_depth", "QueueDepth"):
         from django_jobs.reads import queues as figures
 

@@ -86,6 +86,20 @@ _SIGNAL_LATENCY = 0.5
 
 
 class Worker:
+    """A worker, in the calling process: ``runjobs`` builds one, and so can a program of yours.
+
+    :meth:`run` works on the calling thread until :meth:`stop` is called from another thread
+    (not from a signal handler: it takes locks), or, with ``burst``, until nothing is claimable, or, with
+    ``until_settled``, until nothing it serves is pending or running; it returns 0 once every
+    outcome is written. The options are ``runjobs``'s: ``queues``, ``concurrency``,
+    ``queue_slots`` (``--queue NAME=SLOTS``), ``pool`` (``"thread"`` or ``"process"``),
+    ``grace``, ``batch_size``, ``max_jobs_per_child``, ``max_child_memory_mb``. Unlike
+    ``runjobs``, it handles no signal unless ``handle_signals`` (only from the main thread), runs
+    no reaper unless ``reap``, and, since the process lives on, never cuts the leases of the
+    executions it stopped waiting for. ``stats`` counts what it did; ``liveness`` says whether
+    it is alive and useful (the probes read it).
+    """
+
     def __init__(
         self,
         *,
