@@ -104,7 +104,9 @@ def capture_statements(using: Sequence[str] | None = None) -> Iterator[CapturedS
     def install(connection: BaseDatabaseWrapper) -> None:
         with lock:
             if connection.alias in aliases and record not in connection.execute_wrappers:
-                connection.execute_wrappers.append(record)
+                # First, not last: Django's execute_wrapper() blocks pop the last one at their
+                # end, and one may be open on this connection; ours is removed by identity.
+                connection.execute_wrappers.insert(0, record)
                 wrapped.append(connection)
 
     def opened(sender: Any, connection: BaseDatabaseWrapper, **kwargs: Any) -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import datetime as dt
 import threading
 from collections.abc import Callable
+from contextlib import ExitStack
 from typing import Any
 
 import pytest
@@ -331,3 +332,17 @@ def test_capture_statements_sees_a_real_workers_threads() -> None:
     writes = captured.containing("return_value = d.result")
     assert writes and {s.thread for s in writes} == {"django_jobs-writer"}
     assert any(s.thread == "django_jobs-heartbeat" for s in captured)
+
+
+def test_an_execute_wrapper_block_that_ends_inside_a_capture_takes_only_its_own_wrapper() -> None:
+    def watch(execute: Any, sql: str, params: Any, many: bool, context: dict[str, Any]) -> Any:
+        return execute(sql, params, many, context)
+
+    connection = connections["default"]
+    with ExitStack() as capture:
+        with connection.execute_wrapper(watch):
+            captured = capture.enter_context(capture_statements())
+        assert watch not in connection.execute_wrappers  # Django's block popped its own
+        enqueue("test.noop", {})
+        assert captured.containing("INSERT INTO")  # and the capture still records
+    assert connection.execute_wrappers == []
