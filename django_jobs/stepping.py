@@ -136,7 +136,8 @@ def claim(
 def renew(claimed: Claimed) -> Renewal:
     """Renew the execution's lease now, by the worker's heartbeat statement: the lease is
     extended by ``lease_seconds`` from the database's now (for a type with ``heartbeat=False``,
-    as for a worker, it is only checked). A false renewal: the job is no longer the
+    or past the ``timeout`` of a handler :func:`context` started, it is only checked, as a
+    worker's heartbeat does). A false renewal: the job is no longer the
     execution's, nothing was written. A context from :func:`context` learns both answers."""
     lease = claimed._lease
     now = time.monotonic()

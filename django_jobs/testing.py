@@ -80,13 +80,13 @@ def run_one(queues: Sequence[str] | None = None, types: Sequence[str] | None = N
     claimed = stepping.claim(queues, types, worker_id=_WORKER_ID)
     if claimed is None:
         return None
-    claim, lease = claimed._claim, claimed._lease
-    _announce_start(alias, claim)
+    taken, lease = claimed._claim, claimed._lease
+    _announce_start(alias, taken)
     with _handler_savepoint(alias):
-        finished = run(claim, lease, reraise_base=True)
+        finished = run(taken, lease, reraise_base=True)
     written = outcomes.record([finished])
     outcomes.announce([finished], written, _WORKER_ID)
-    return Job.objects.using(alias).get(id=claim.id)
+    return Job.objects.using(alias).get(id=taken.id)
 
 
 def run_jobs(queues: Sequence[str] | None = None, concurrency: int = 1) -> WorkerStats:
@@ -180,9 +180,9 @@ def _seconds_until_next_due(active: QuerySet[Job]) -> float:
     return wait.total_seconds() if wait is not None else 0.0
 
 
-def _announce_start(alias: str, claim: Claim) -> None:
+def _announce_start(alias: str, taken: Claim) -> None:
     if signals.listened(signals.job_started):
-        signals.after_commit(alias, lambda: send_job_started(claim, _WORKER_ID))
+        signals.after_commit(alias, lambda: send_job_started(taken, _WORKER_ID))
 
 
 @contextmanager
