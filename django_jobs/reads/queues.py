@@ -7,7 +7,8 @@ parked jobs are counted through django_jobs_queue_counts, each count a range of 
 :data:`COUNT_CAP`: a backlog can legitimately be millions of jobs, and failed jobs are kept
 forever by default, but "10,000+" says all a person or an alert needs, where counting them all
 would read every one. The running jobs are counted exactly: they are few (the workers' slots,
-and the stale ones until the reaper takes them back).
+and the stale ones until the reaper takes them back). ``queue_depth`` (``django_jobs.queue_depth``)
+sums them for Python, or, asked for ``exact`` figures, counts every row.
 """
 
 from __future__ import annotations
