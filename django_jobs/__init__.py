@@ -37,6 +37,8 @@ if TYPE_CHECKING:
     from django_jobs.console.job_filter import InvalidFilter, JobFilter
     from django_jobs.console.pausing import pause_queue, resume_queue
     from django_jobs.enqueueing import enqueue, enqueue_many
+    from django_jobs.reads.queues import QueueDepth, queue_depth
+    from django_jobs.runtime.worker import Worker
     from django_jobs.workflows import enqueue_chain, enqueue_group, enqueue_workflow
 
 # The one place the version is written: pyproject.toml reads it, CHANGELOG.md's top entry must
@@ -65,6 +67,7 @@ __all__ = [
     "LeaseLost",
     "PayloadTooLarge",
     "PermanentError",
+    "QueueDepth",
     "RateLimitedError",
     "Reconciliation",
     "RetryableError",
@@ -72,6 +75,7 @@ __all__ = [
     "Step",
     "UnknownJobType",
     "UnknownQueue",
+    "Worker",
     "cancel",
     "cancel_matching",
     "cancel_workflow",
@@ -85,6 +89,7 @@ __all__ = [
     "matching",
     "once",
     "pause_queue",
+    "queue_depth",
     "resume_queue",
     "retry",
     "retry_matching",
@@ -120,4 +125,12 @@ def __getattr__(name: str) -> Any:
         from django_jobs.console import pausing as queues
 
         return getattr(queues, name)
+    if name == "Worker":
+        from django_jobs.runtime import worker
+
+        return worker.Worker
+    if name in ("queue_depth", "QueueDepth"):
+        from django_jobs.reads import queues as figures
+
+        return getattr(figures, name)
     raise AttributeError(f"module 'django_jobs' has no attribute {name!r}")

@@ -2,13 +2,18 @@
 
 Payloads (at enqueue) and checkpoints (from handlers) are checked here before they are written,
 so a value that would be changed on the way (a tuple, an int key) or refused (NaN, NUL) is a
-clear error to whoever gave it, and nothing is half-written.
+clear error to whoever gave it, and nothing is half-written. The stored forms of a progress
+report and a checkpoint are made here too, for the context and for ``django_jobs.testing``.
 """
 
 from __future__ import annotations
 
 import json
 import math
+from typing import Any
+
+from django_jobs.conf import jobs_settings
+from django_jobs.errors import InvalidCheckpoint, InvalidProgress
 
 
 def plain_json_problem(value: object, path: str) -> str | None:
@@ -102,3 +107,35 @@ def bounded_problem(encoded: str, what: str, setting: str, limit: int) -> str | 
     if size > limit:
         return f"{what} is {size} bytes encoded, over {setting} ({limit})"
     return None
+
+
+def check_progress(done: float, total: float | None = None) -> None:
+    """Raise ``InvalidProgress`` for a progress value that is not a finite number."""
+    for name, value in (("done", done), ("total", total)):
+        if value is None and name == "total":
+            continue
+        if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+            raise InvalidProgress(f"progress {name} must be a finite number, not {value!r}")
+
+
+def progress_json(done: float, total: float | None = None) -> str:
+    """The stored form of a progress report, checked by :func:`check_progress`.
+    (``ctx.progress()`` and ``django_jobs.testing.report_progress()`` write it.)"""
+    check_progress(done, total)
+    return json.dumps({"done": done, "total": total})
+
+
+def checkpoint_json(data: Any) -> str:
+    """The stored form of a checkpoint; raises ``InvalidCheckpoint`` for data that is not plain
+    JSON or is larger than ``MAX_CHECKPOINT_BYTES``. (``ctx.save_checkpoint()`` and
+    ``django_jobs.testing.save_checkpoint()`` write it.)"""
+    problem = plain_json_problem(data, "checkpoint")
+    if problem is not None:
+        raise InvalidCheckpoint(f"{problem}; nothing was written")
+    encoded = encode(data)
+    too_large = bounded_problem(
+        encoded, "checkpoint", "MAX_CHECKPOINT_BYTES", jobs_settings.MAX_CHECKPOINT_BYTES
+    )
+    if too_large is not None:
+        raise InvalidCheckpoint(f"{too_large}; nothing was written")
+    return encoded

@@ -8,10 +8,13 @@ arguments only (receivers take ``**kwargs``, as Django asks, so that new argumen
     framework), once the transaction that created it committed: never for a job that rolled
     back with its transaction, nor for a call deduplicated onto an existing job by its
     ``unique_key``.
-``job_started(job_id, type, queue, attempt, execution_id, worker_id)``
+``job_started(job_id, type, queue, attempt, execution_id, worker_id, created_at, available_at)``
     An execution is about to run its handler; its claim committed. Sent by the worker process,
     on the thread that runs the handler (with ``--pool process``, on the thread that hands the
-    job to its child process).
+    job to its child process). ``created_at`` is when the job was enqueued, ``available_at``
+    when it was due (its ``run_at``, or its retry's time), both by the database's clock, read
+    from the job's row when a receiver is connected (None if that read failed): the pickup
+    latency of each execution is measured from them.
 ``job_finished(job_id, type, queue, status, attempt, execution_id, worker_id, duration, error_code, error)``
     The outcome of an execution was recorded: ``status`` is the job's new status (``pending``
     for a retry), ``attempt`` the number of the execution that ended, ``duration`` the seconds

@@ -8,6 +8,18 @@
 - :func:`enqueued_jobs` records what a block enqueues, and keeps it out of the queue;
   :func:`assert_enqueued` checks what it recorded, with a message that lists what was
   enqueued instead (both from ``django_jobs.recording``).
+- Stepping a worker by hand, for a suite that checks the worker's contract itself (from
+  ``django_jobs.stepping``): :func:`claim` takes the job a worker would take next without
+  running it and returns a :class:`Claimed`; :func:`renew`, :func:`report_progress` and
+  :func:`save_checkpoint` write as the running execution; :func:`context` is its ``JobContext``
+  for calling a handler yourself; :func:`complete`, :func:`retry`, :func:`fail` and
+  :func:`give_back` record its outcome through the worker's outcome writer. Each write is fenced
+  by the execution: once the job was taken from it, nothing lands and the call says so.
+- :func:`queue_rows` reads the queues' figures as the dashboard shows them;
+  :func:`capture_statements` records the SQL a block runs, the worker's hot statements included,
+  through Django's execute wrappers (from ``django_jobs.statement_capture``).
+
+Every name in ``__all__`` is public: kept, with its behaviour, across 1.x.
 """
 
 from __future__ import annotations
@@ -21,19 +33,30 @@ from django.db import connections
 from django.db.models import DateTimeField, F, Func, Min, QuerySet
 from psycopg.pq import TransactionStatus
 
-from django_jobs import signals, transitions
+from django_jobs import signals, stepping
 from django_jobs.conf import jobs_settings
 from django_jobs.models import Job
-from django_jobs.observe import tracing
+from django_jobs.reads.queues import QueueRow, queue_rows
 from django_jobs.recording import EnqueuedJob, EnqueuedJobs, assert_enqueued, enqueued_jobs
-from django_jobs.registry import registry
 from django_jobs.runtime import outcomes
 from django_jobs.runtime.executor import run
-from django_jobs.runtime.worker import Worker, WorkerStats, lease_for
+from django_jobs.runtime.worker import Worker, WorkerStats, send_job_started
+from django_jobs.statement_capture import CapturedStatements, Statement, capture_statements
 from django_jobs.states import ACTIVE_STATUSES, JobStatus
-from django_jobs.transitions import Claim, ClaimStatement, workflow_triggers
-from django_jobs.transitions.claimable import claim_inputs
-from django_jobs.transitions.restore import hold_open
+from django_jobs.stepping import (
+    Claimed,
+    Renewal,
+    claim,
+    complete,
+    context,
+    fail,
+    give_back,
+    renew,
+    report_progress,
+    retry,
+    save_checkpoint,
+)
+from django_jobs.transitions import Claim
 
 
 def run_one(queues: Sequence[str] | None = None, types: Sequence[str] | None = None) -> Job | None:
@@ -54,31 +77,16 @@ def run_one(queues: Sequence[str] | None = None, types: Sequence[str] | None = N
     ``job_finished`` are sent after the commit (see ``django_jobs.signals``).
     """
     alias = jobs_settings.DATABASE
-    candidates = registry.among(types)
-    if hold_open():  # as a worker's restore watch: a type that may act outside waits
-        candidates = [job_type for job_type in candidates if not job_type.acts_outside]
-    inputs = claim_inputs(candidates)
-    if not inputs.versions:
+    claimed = stepping.claim(queues, types, worker_id=_WORKER_ID)
+    if claimed is None:
         return None
-    _count_workflows_now(alias)
-    statement = ClaimStatement(
-        _WORKER_ID, list(queues or []), inputs.versions, inputs.leases, inputs.oldest, inputs.rate_limits
-    )
-    transitions.open_rate_windows(statement.rate_limited)
-    claims = transitions.claim(statement, 1)
-    if not claims:
-        return None
-    tracing.attach_contexts(claims)
-    claim = claims[0]
-    job_type = registry.get(claim.type)
-    assert job_type is not None, "the claim takes only types this process knows"
-    lease = lease_for(claim, job_type)
-    _announce_start(alias, claim)
+    taken, lease = claimed._claim, claimed._lease
+    _announce_start(alias, taken)
     with _handler_savepoint(alias):
-        finished = run(claim, lease, reraise_base=True)
+        finished = run(taken, lease, reraise_base=True)
     written = outcomes.record([finished])
     outcomes.announce([finished], written, _WORKER_ID)
-    return Job.objects.using(alias).get(id=claim.id)
+    return Job.objects.using(alias).get(id=taken.id)
 
 
 def run_jobs(queues: Sequence[str] | None = None, concurrency: int = 1) -> WorkerStats:
@@ -144,16 +152,6 @@ def run_until_settled(
 _WORKER_ID = f"{socket.gethostname()}:testing"
 
 
-def _count_workflows_now(alias: str) -> None:
-    """Inside a transaction that will never commit (a ``TestCase``), count a workflow's large
-    groups at each statement: their counts are otherwise finished at commit
-    (``transitions.workflow_triggers``), and the callbacks would wait for a commit that never comes."""
-    connection = connections[alias]
-    if connection.in_atomic_block:
-        with connection.cursor() as cursor:
-            cursor.execute(f"SET CONSTRAINTS {workflow_triggers.LEAF_TRIGGER} IMMEDIATE")
-
-
 def _stuck(active: QuerySet[Job]) -> str:
     """The jobs the waiting ones wait for that are parked (``needs_review``), or a hint."""
     parked = Job.objects.using(jobs_settings.DATABASE).filter(
@@ -182,15 +180,9 @@ def _seconds_until_next_due(active: QuerySet[Job]) -> float:
     return wait.total_seconds() if wait is not None else 0.0
 
 
-def _announce_start(alias: str, claim: Claim) -> None:
+def _announce_start(alias: str, taken: Claim) -> None:
     if signals.listened(signals.job_started):
-        signals.after_commit(
-            alias,
-            lambda: signals.send(
-                signals.job_started, Job, job_id=claim.id, type=claim.type, queue=claim.queue,
-                attempt=claim.attempt, execution_id=claim.execution_id, worker_id=_WORKER_ID,
-            ),
-        )  # fmt: skip
+        signals.after_commit(alias, lambda: send_job_started(taken, _WORKER_ID))
 
 
 @contextmanager
@@ -220,11 +212,27 @@ def _handler_savepoint(alias: str) -> Iterator[None]:
 
 
 __all__ = [
+    "CapturedStatements",
+    "Claimed",
     "EnqueuedJob",
     "EnqueuedJobs",
+    "QueueRow",
+    "Renewal",
+    "Statement",
     "assert_enqueued",
+    "capture_statements",
+    "claim",
+    "complete",
+    "context",
     "enqueued_jobs",
+    "fail",
+    "give_back",
+    "queue_rows",
+    "renew",
+    "report_progress",
+    "retry",
     "run_jobs",
     "run_one",
     "run_until_settled",
+    "save_checkpoint",
 ]

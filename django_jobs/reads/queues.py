@@ -7,7 +7,8 @@ parked jobs are counted through django_jobs_queue_counts, each count a range of 
 :data:`COUNT_CAP`: a backlog can legitimately be millions of jobs, and failed jobs are kept
 forever by default, but "10,000+" says all a person or an alert needs, where counting them all
 would read every one. The running jobs are counted exactly: they are few (the workers' slots,
-and the stale ones until the reaper takes them back).
+and the stale ones until the reaper takes them back). ``queue_depth`` (``django_jobs.queue_depth``)
+sums them for Python, or, asked for ``exact`` figures, counts every row.
 """
 
 from __future__ import annotations
@@ -114,6 +115,85 @@ def queue_rows() -> list[QueueRow]:
             row = queues.setdefault(name, QueueRow(name, cap=cap))
             row.paused_at, row.paused_by, row.pause_reason = paused_at, paused_by, reason
     return sorted(queues.values(), key=lambda q: q.queue)
+
+
+@dataclass(frozen=True)
+class QueueDepth:
+    """How many jobs a queue holds (or all queues together), by where they are.
+
+    With ``capped`` true, some count stopped at :data:`COUNT_CAP` (per queue): read those
+    counts as "at least"; ask for ``exact=True`` to count every row.
+    """
+
+    #: The queue counted, or None for every queue.
+    queue: str | None
+    #: Workflow steps waiting for the jobs before them.
+    waiting: int
+    #: Pending jobs: ``due`` ones, and ``scheduled`` ones (retries and ``run_at``/``delay``).
+    pending: int
+    #: Pending jobs whose time has come: what the workers should be taking now.
+    due: int
+    running: int
+    #: Running jobs whose lease has expired (their worker is gone; the reaper will take them back).
+    stale: int
+    failed: int
+    needs_review: int
+    #: Seconds the longest-due pending job has waited since it was due, or None when none is due.
+    oldest_due_seconds: float | None
+    capped: bool = False
+
+    @property
+    def scheduled(self) -> int:
+        """Pending jobs not due yet."""
+        return self.pending - self.due
+
+    @property
+    def active(self) -> int:
+        """The jobs not ended yet: waiting, pending and running."""
+        return self.waiting + self.pending + self.running
+
+
+#: Every row of the counted states, for an exact depth: reads each of them (through
+#: django_jobs_queue_counts and the running rows' index), where the capped counts stop early.
+EXACT = """
+SELECT count(*) FILTER (WHERE status = 'waiting'), count(*) FILTER (WHERE status = 'pending'),
+    count(*) FILTER (WHERE status = 'pending' AND available_at <= now()),
+    count(*) FILTER (WHERE status = 'running'),
+    count(*) FILTER (WHERE status = 'running' AND lease_expires_at < now()),
+    count(*) FILTER (WHERE status = 'failed'), count(*) FILTER (WHERE status = 'needs_review'),
+    EXTRACT(EPOCH FROM now() - min(available_at) FILTER (WHERE status = 'pending' AND available_at <= now()))
+FROM django_jobs_job
+WHERE status IN ('waiting', 'pending', 'running', 'failed', 'needs_review') {queue}
+"""
+
+
+def queue_depth(queue: str | None = None, *, exact: bool = False) -> QueueDepth:
+    """How many jobs ``queue`` holds (every queue's, summed, by default), by where they are: a
+    backlog to alert on, a benchmark's "drained yet?".
+
+    By default the figures are the dashboard's (its queue table reads the same counts): each
+    count of a queue stops at :data:`COUNT_CAP` (``capped`` says whether one did), so the call
+    costs the same on a table of any size. ``exact=True`` counts every row instead: its cost
+    grows with the jobs counted (the failed ones are kept forever by default).
+    """
+    if exact:
+        return _exact_depth(queue)
+    rows = [row for row in queue_rows() if queue is None or row.queue == queue]
+    counted = ("waiting", "pending", "due", "failed", "needs_review")
+    sums = {name: sum(getattr(row, name) for row in rows) for name in (*counted, "running", "stale")}
+    oldest = [row.oldest_due_seconds for row in rows if row.oldest_due_seconds is not None]
+    capped = any(getattr(row, name) >= row.cap for row in rows for name in counted)
+    return QueueDepth(queue, **sums, oldest_due_seconds=max(oldest, default=None), capped=capped)
+
+
+def _exact_depth(queue: str | None) -> QueueDepth:
+    with bounded_cursor() as cursor:
+        if queue is None:
+            cursor.execute(EXACT.format(queue=""))
+        else:
+            cursor.execute(EXACT.format(queue="AND queue = %s"), [queue])
+        waiting, pending, due, running, stale, failed, needs_review, oldest = cursor.fetchone()
+    return QueueDepth(queue, waiting, pending, due, running, stale, failed, needs_review, _float(oldest))
 
 
 def _float(value: Any) -> float | None:

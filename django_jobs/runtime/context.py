@@ -9,8 +9,6 @@ checkpoints, external-call marks) goes through a ``SideWriter`` (``runtime/side_
 from __future__ import annotations
 
 import datetime as dt
-import json
-import math
 import time
 import uuid
 from collections.abc import Iterator
@@ -19,8 +17,8 @@ from typing import Any
 
 from django_jobs import effects, transitions
 from django_jobs.conf import jobs_settings
-from django_jobs.errors import DeadlineExceeded, InvalidCheckpoint, InvalidProgress, JobCancelled, class_path
-from django_jobs.jsonvalues import bounded_problem, encode, plain_json_problem
+from django_jobs.errors import DeadlineExceeded, JobCancelled, class_path
+from django_jobs.jsonvalues import check_progress, checkpoint_json, progress_json
 from django_jobs.reads import workflows as workflow_reads
 from django_jobs.runtime.lease import Lease
 from django_jobs.runtime.side_writes import InlineWriter, SideWriter
@@ -246,17 +244,13 @@ class JobContext:
         that is not a finite number, ``LeaseLost`` if the job is no longer ours."""
         if self._lease.lost:
             raise LeaseLost(f"job {self.job_id} is no longer owned by execution {self.execution_id}")
-        for name, value in (("done", done), ("total", total)):
-            if value is None and name == "total":
-                continue
-            if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-                raise InvalidProgress(f"progress {name} must be a finite number, not {value!r}")
+        check_progress(done, total)
         now = time.monotonic()
         finished = total is not None and done >= total
         if not finished and now - self._last_progress < jobs_settings.PROGRESS_INTERVAL:
             return
         self._last_progress = now
-        encoded = json.dumps({"done": done, "total": total})
+        encoded = progress_json(done, total)
         if not self._writer.run(lambda: transitions.set_progress(self.job_id, self.execution_id, encoded)):
             self._lease.lost = True
             raise LeaseLost(f"job {self.job_id} is no longer owned by execution {self.execution_id}")
@@ -270,15 +264,7 @@ class JobContext:
         ``InvalidCheckpoint`` for data that is not plain JSON or is larger than
         ``MAX_CHECKPOINT_BYTES`` (nothing is written), ``LeaseLost`` if the job is no longer ours.
         """
-        problem = plain_json_problem(data, "checkpoint")
-        if problem is not None:
-            raise InvalidCheckpoint(f"{problem}; nothing was written")
-        encoded = encode(data)
-        too_large = bounded_problem(
-            encoded, "checkpoint", "MAX_CHECKPOINT_BYTES", jobs_settings.MAX_CHECKPOINT_BYTES
-        )
-        if too_large is not None:
-            raise InvalidCheckpoint(f"{too_large}; nothing was written")
+        encoded = checkpoint_json(data)
         if self._lease.lost or not self._writer.run(
             lambda: transitions.set_checkpoint(self.job_id, self.execution_id, encoded)
         ):

@@ -86,6 +86,20 @@ _SIGNAL_LATENCY = 0.5
 
 
 class Worker:
+    """A worker, in the calling process: ``runjobs`` builds one, and so can a program of yours.
+
+    :meth:`run` works on the calling thread until :meth:`stop` is called from another thread
+    (not from a signal handler: it takes locks), or, with ``burst``, until nothing is claimable, or, with
+    ``until_settled``, until nothing it serves is pending or running; it returns 0 once every
+    outcome is written. The options are ``runjobs``'s: ``queues``, ``concurrency``,
+    ``queue_slots`` (``--queue NAME=SLOTS``), ``pool`` (``"thread"`` or ``"process"``),
+    ``grace``, ``batch_size``, ``max_jobs_per_child``, ``max_child_memory_mb``. Unlike
+    ``runjobs``, it handles no signal unless ``handle_signals`` (only from the main thread), runs
+    no reaper unless ``reap``, and, since the process lives on, never cuts the leases of the
+    executions it stopped waiting for. ``stats`` counts what it did; ``liveness`` says whether
+    it is alive and useful (the probes read it).
+    """
+
     def __init__(
         self,
         *,
@@ -405,10 +419,7 @@ class Worker:
         if self._metrics is not None:
             self._metrics.on_started(claim)
         if signals.listened(signals.job_started):
-            signals.send(
-                signals.job_started, Job, job_id=claim.id, type=claim.type, queue=claim.queue,
-                attempt=claim.attempt, execution_id=claim.execution_id, worker_id=self.worker_id,
-            )  # fmt: skip
+            send_job_started(claim, self.worker_id)
 
     def _record(self, finished: Finished) -> None:
         """Called by a slot when its job ended."""
@@ -559,3 +570,24 @@ class Worker:
 
         signal.signal(signal.SIGTERM, handle)
         signal.signal(signal.SIGINT, handle)
+
+
+def send_job_started(claim: Claim, worker_id: str | None) -> None:
+    """Send ``job_started`` for ``claim``'s execution, with the times a receiver measures the
+    pickup latency from, read from its row: ``created_at`` (the enqueue) and ``available_at``
+    (when it was due), both None if the row could not be read."""
+    try:
+        times = (
+            Job.objects.using(jobs_settings.DATABASE)
+            .filter(id=claim.id)
+            .values_list("created_at", "available_at")
+            .first()
+        )
+    except DatabaseError:  # the handler will meet the outage; the signal still goes out
+        times = None
+    created_at, available_at = times or (None, None)
+    signals.send(
+        signals.job_started, Job, job_id=claim.id, type=claim.type, queue=claim.queue,
+        attempt=claim.attempt, execution_id=claim.execution_id, worker_id=worker_id,
+        created_at=created_at, available_at=available_at,
+    )  # fmt: skip

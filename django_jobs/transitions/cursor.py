@@ -18,6 +18,7 @@ fields, 7 µs a row for a UUID), where the binary format packs it in C in about 
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -42,7 +43,33 @@ def bound_cursor(alias: str, *, prepared: bool = False) -> Iterator[psycopg.Curs
             else psycopg.Cursor(connection.connection)
         )
         with cursor:
-            yield cursor
+            if _wrapped_openings and connection.execute_wrappers:
+                # The wrapping of Django's own cursor: its execute wrappers see the statement.
+                yield connection._prepare_cursor(cursor)  # type: ignore[attr-defined]
+            else:
+                yield cursor
+
+
+#: How many blocks ask the hot statements to pass through Django's execute wrappers
+#: (``django_jobs.testing.capture_statements``); while none does, they bypass them, as their
+#: wrapping costs a call per statement that the hot path does not pay.
+_wrapped_openings = 0
+_wrapped_lock = threading.Lock()
+
+
+@contextmanager
+def through_execute_wrappers() -> Iterator[None]:
+    """While the block runs, the statements of :func:`bound_cursor` (the claim, heartbeats,
+    outcome writes) pass through the execute wrappers of their connection, in every thread,
+    as an ORM statement does (``django.db.connection.execute_wrapper``)."""
+    global _wrapped_openings
+    with _wrapped_lock:
+        _wrapped_openings += 1
+    try:
+        yield
+    finally:
+        with _wrapped_lock:
+            _wrapped_openings -= 1
 
 
 #: A prepare_threshold no statement reaches by being run: only those asked for are prepared.

@@ -73,7 +73,9 @@ class TestFromARealWorker:
         assert started == {
             "job_id": job.id, "type": "test.record", "queue": "default", "attempt": 1,
             "execution_id": job.execution_id, "worker_id": job.worker_id,
+            "created_at": job.created_at, "available_at": job.available_at,
         }  # fmt: skip
+        assert started["available_at"] <= job.started_at  # the pickup latency: the claim came after
         duration = finished.pop("duration")
         assert finished == {
             "job_id": job.id, "type": "test.record", "queue": "default", "status": "completed",
@@ -145,6 +147,11 @@ class TestFromARealWorker:
         Worker(pool="process", until_settled=True, grace=5.0).run()
         assert heard.names(job.id) == ["enqueued", "started", "finished", "started", "finished"]
         assert [f["status"] for f in heard.finished(job.id)] == ["pending", "completed"]
+        # The second start is due after the first one's backoff: its due time is the retry's.
+        first, second = (kw for name, kw in heard.of(job.id) if name == "started")
+        job.refresh_from_db()
+        assert first["created_at"] == second["created_at"] == job.created_at
+        assert first["available_at"] < second["available_at"]
 
     def test_a_receiver_that_raises_changes_nothing(
         self, heard: Heard, caplog: pytest.LogCaptureFixture
@@ -213,6 +220,8 @@ class FromRunOneInATestCase(TestCase):
                 signal.disconnect(receiver)
         assert ran is not None
         assert heard.names(job.id) == ["enqueued", "started", "finished"]
+        started = heard.of(job.id)[1][1]
+        assert started["created_at"] == ran.created_at and started["available_at"] is not None
         (finished,) = heard.finished(job.id)
         assert (finished["status"], finished["attempt"], finished["error_code"]) == (
             "failed", 1, "ENTITY_NOT_FOUND",
