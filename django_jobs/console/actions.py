@@ -201,6 +201,12 @@ def _job(job_id: int, seen: Shown | None = None, done: str = "changed") -> Job:
 def _not_cancellable(job: Job) -> str:
     if job.status == JobStatus.RUNNING:
         return f"job {job.id} was not cancelled: its cancellation was already requested"
+    if job.status == JobStatus.NEEDS_REVIEW:
+        # Parked because it may have done its effect: only a person who checked can end it.
+        return (
+            f"job {job.id} was not cancelled: it is parked for review (it may have done its effect); "
+            "resolve it as completed or failed once you have checked"
+        )
     return f"job {job.id} was not cancelled: it is {job.status}, not waiting, pending or running"
 
 

@@ -113,3 +113,24 @@ def test_retrying_a_cancelled_callback_and_its_failed_member_ends_the_same_in_ei
         django_jobs.retry(second.id, **OPERATOR)
         ended[order] = (Job.objects.get(id=member.id).status, Job.objects.get(id=callback.id).status)
     assert ended["callback first"] == ended["member first"], ended
+
+
+def test_cancelling_the_job_before_a_restored_step_parks_the_step_and_never_runs_it() -> None:
+    ended = {}
+    for order in ("step first", "member first"):
+        workflow = django_jobs.enqueue_group([Step(PLAIN, {}, queue="emails")], on_complete=Step(REVIEW, {}))
+        member, step = jobs_of(workflow.id)
+        Job.objects.filter(workflow_id=workflow.id).update(created_at=Now() - dt.timedelta(minutes=5))
+        hold = restore_holds.declare(actor="ops", reason="restored last night's backup")
+        restore_holds.release(actor="ops", reason="providers checked", hold_id=hold)
+        assert Job.objects.get(id=step.id).last_error_code == "RESTORED"
+        if order == "step first":
+            django_jobs.cancel(step.id, **OPERATOR)
+            django_jobs.cancel(member.id, **OPERATOR)
+        else:
+            django_jobs.cancel(member.id, **OPERATOR)  # makes the on_complete step due: parked
+            with pytest.raises(django_jobs.ActionRefused, match=r"parked for review.*resolve it"):
+                django_jobs.cancel(step.id, **OPERATOR)
+        ended[order] = Job.objects.get(id=step.id).status
+        assert run_one() is None
+    assert ended == {"step first": "cancelled", "member first": "needs_review"}
