@@ -226,7 +226,8 @@ def newest_jobs(
     queue: str | None = None,
     limit: int = 50,
 ) -> list[Job]:
-    """The newest jobs that match every filter given, newest first, at most ``limit``.
+    """The newest jobs that match every filter given, at most ``limit``: the last enqueued
+    first (by id, which rows draw as they are written; ``created_at`` is the time of that order).
 
     Served, as the console's list is, by an index that ends in ``-id`` — ``(status, -id)``,
     ``(last_error_code, -id)``, ``(type, -id)`` or ``(queue, -id)``, whichever the planner finds

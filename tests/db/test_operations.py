@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from datetime import timedelta
 from io import StringIO
 
 import pytest
@@ -13,6 +14,7 @@ from django.contrib.admin.models import LogEntry
 from django.contrib.auth.models import User
 from django.core.management import CommandError, call_command
 from django.db import IntegrityError
+from django.db.models.functions import Now
 
 import django_jobs
 from django_jobs import ActionRefused, CancelResult, JobNotFound
@@ -217,6 +219,27 @@ def test_jobs_list_filters_by_status_code_type_and_queue_newest_first() -> None:
     assert len(out.splitlines()) == 2 and '"status": "failed"' in out.splitlines()[0]
     _, err = jobs("list", "--code", "NEVER_SEEN")
     assert err == "no job matches\n"
+
+
+def test_jobs_list_prints_the_time_of_its_order_beside_when_a_job_finished() -> None:
+    # The last enqueued first: a job enqueued earlier that failed later still comes after.
+    early = JobFactory(failed=True, queue="emails")
+    late = JobFactory(failed=True, queue="emails")
+    Job.objects.filter(id=early.id).update(
+        created_at=Now() - timedelta(hours=2), finished_at=Now() - timedelta(minutes=1)
+    )
+    Job.objects.filter(id=late.id).update(
+        created_at=Now() - timedelta(hours=1), finished_at=Now() - timedelta(minutes=30)
+    )
+    out, _ = jobs("list", "--queue", "emails")
+    rows = [line.split("\t") for line in out.splitlines()]
+    assert [int(row[0]) for row in rows] == [late.id, early.id]
+    enqueued, finished = [row[6] for row in rows], [row[7] for row in rows]
+    assert enqueued == sorted(enqueued, reverse=True)
+    assert finished == sorted(finished)  # the later failure is listed second: it was enqueued first
+    for row, job in zip(rows, (late, early), strict=True):
+        job.refresh_from_db()
+        assert row[6:] == [f"{moment:%Y-%m-%d %H:%M:%S %Z}" for moment in (job.created_at, job.finished_at)]
 
 
 def test_jobs_explain_says_what_explainjob_says() -> None:
