@@ -103,7 +103,7 @@ class _State:
         self.began = began
 
 
-def _one_batch(operation_id: int, index: int) -> _State:
+def _one_batch(operation_id: int, index: int = 0) -> _State:
     """Act on the operation's next batch (the run's ``index``-th); its state after, and how
     many jobs the batch held (0 when it has ended, or ended now)."""
     alias = jobs_settings.DATABASE
