@@ -34,7 +34,7 @@ from django_jobs.workflow_plan import Chain, Group, Step
 if TYPE_CHECKING:
     from django_jobs.console.actions import cancel, cancel_workflow, retry
     from django_jobs.console.bulk import cancel_matching, matching, retry_matching, stop_operation
-    from django_jobs.console.job_filter import InvalidFilter, JobFilter
+    from django_jobs.console.job_filter import InvalidFilter, JobFilter, parse_moment
     from django_jobs.console.pausing import pause_queue, resume_queue
     from django_jobs.enqueueing import enqueue, enqueue_many
     from django_jobs.reads.queues import QueueDepth, queue_depth
@@ -88,6 +88,7 @@ __all__ = [
     "job",
     "matching",
     "once",
+    "parse_moment",
     "pause_queue",
     "queue_depth",
     "resume_queue",
@@ -117,7 +118,7 @@ def __getattr__(name: str) -> Any:
         from django_jobs.console import bulk
 
         return getattr(bulk, name)
-    if name in ("JobFilter", "InvalidFilter"):
+    if name in ("JobFilter", "InvalidFilter", "parse_moment"):
         from django_jobs.console import job_filter
 
         return getattr(job_filter, name)

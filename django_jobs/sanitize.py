@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 import traceback
+from collections.abc import Callable
 
 from django_jobs.conf import jobs_settings
 
@@ -24,7 +25,26 @@ _SECRET_NAME = (
 # The same names as people write them in sentences.
 _PROSE_NAME = r"pass(?:word|phrase|wd)|pwd|secret|token|api[ _-]?key|apikey|access[ _-]?key|credentials?"
 
-_PATTERNS: tuple[tuple[re.Pattern[str], str], ...] = (
+_QUOTES = "\"'`"
+
+
+def _redact_unquoted_value(match: re.Match[str]) -> str:
+    """``name=value`` with the value redacted. A value written inside a quoted string
+    (``"host=db password=hunter2", code="X"``) runs up to the quote that closes the string:
+    that quote is kept, so the rest of the line still reads as it was written. Any other
+    quote in the value is part of the secret and is redacted with it."""
+    name, separator = match.group(1), match.group(2)
+    value = match.group(0)[len(name) + len(separator) :]
+    if value[-1] in _QUOTES:
+        line_start = match.string.rfind("\n", 0, match.start()) + 1
+        # An odd count of that quote before the name: a string is open, the value's last
+        # character closes it.
+        if match.string.count(value[-1], line_start, match.start()) % 2 == 1:
+            return name + separator + REDACTED + value[-1]
+    return name + separator + REDACTED
+
+
+_PATTERNS: tuple[tuple[re.Pattern[str], str | Callable[[re.Match[str]], str]], ...] = (
     # Authorization / Cookie / API key headers, up to the end of the line.
     (
         re.compile(
@@ -58,7 +78,7 @@ _PATTERNS: tuple[tuple[re.Pattern[str], str], ...] = (
     # password=…, ?token=…&, api_key: … (kwargs, query strings, log lines, DSNs)
     (
         re.compile(r"(?i)(?<![\w-])(" + _SECRET_NAME + r")(\s*[=:]\s*)(?![\s\"'\[])[^\s&,;)\]}]+"),
-        r"\1\2" + REDACTED,
+        _redact_unquoted_value,
     ),
     (
         re.compile(r"(?i)(?<![\w-])(" + _SECRET_NAME + r")(\s*=\s*)([\"']).*?(?<!\\)\3"),

@@ -76,7 +76,7 @@ def retry(job_id: int, *, reason: str, actor: Actor | None = None, seen: Shown |
             )
             if span is not None:
                 span.wrote([job_id])  # as an enqueue's span says what it wrote
-        audit.log(job, f"retried (was {left}): {reason}")
+        audit.log(job, f"retried (was {left}): {reason}", title=f"Retried {_named(job)} (was {left})")
     return left
 
 
@@ -98,8 +98,11 @@ def cancel(job_id: int, *, reason: str, actor: Actor | None = None, seen: Shown 
         result = transitions.cancel(job_id, actor=name, reason=reason, seen=fence)
         if result == CancelResult.NOT_CANCELLABLE:
             raise ActionRefused(_not_cancellable(job))
-        done = "cancelled" if result == CancelResult.CANCELLED else "cancellation requested"
-        audit.log(job, f"{done}: {reason}")
+        if result == CancelResult.CANCELLED:
+            done, title = "cancelled", f"Cancelled {_named(job)}"
+        else:
+            done, title = "cancellation requested", f"Asked {_named(job)} to stop (cancellation requested)"
+        audit.log(job, f"{done}: {reason}", title=title)
     return result
 
 
@@ -125,9 +128,11 @@ def cancel_workflow(workflow_id: int, *, reason: str, actor: Actor | None = None
         if workflow is None:
             raise LookupError(f"no workflow has id {workflow_id}")
         cancelled, requested = transitions.cancel_workflow(workflow_id, actor=name, reason=reason)
+        counts = f"{cancelled} jobs cancelled, {requested} asked to stop"
         audit.log(
-            workflow, f"workflow cancelled ({cancelled} jobs cancelled, {requested} asked to stop): {reason}"
-        )
+            workflow, f"workflow cancelled ({counts}): {reason}",
+            title=f"Cancelled {workflow.kind} #{workflow.id} ({counts})",
+        )  # fmt: skip
     return cancelled, requested
 
 
@@ -147,7 +152,12 @@ def resolve(
         # The row stays locked until the commit: the review cannot be undone in between.
         job = _job(job_id, seen, "resolved")
         transitions.resolve(job_id, to=to, actor=name, reason=reason)
-        audit.log(job, f"resolved as {to}: {reason}")
+        audit.log(job, f"resolved as {to}: {reason}", title=f"Resolved {_named(job)} as {to}")
+
+
+def _named(job: Job) -> str:
+    """A job as a log entry's title names it: without the status it had before the action."""
+    return f"{job.type} #{job.id}"
 
 
 def default_actor() -> str:
@@ -232,7 +242,8 @@ def newest_jobs(
     queue: str | None = None,
     limit: int = 50,
 ) -> list[Job]:
-    """The newest jobs that match every filter given, newest first, at most ``limit``.
+    """The newest jobs that match every filter given, at most ``limit``: the last enqueued
+    first (by id, which rows draw as they are written; ``created_at`` is the time of that order).
 
     Served, as the console's list is, by an index that ends in ``-id`` — ``(status, -id)``,
     ``(last_error_code, -id)``, ``(type, -id)`` or ``(queue, -id)``, whichever the planner finds

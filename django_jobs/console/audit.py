@@ -56,29 +56,32 @@ class Audit:
         self._together = together
         self.owed: list[int] = []
 
-    def log(self, obj: Model, message: str) -> None:
+    def log(self, obj: Model, message: str, *, title: str) -> None:
         """Log ``message`` as a change of ``obj`` by the acting user, as
         ``ModelAdmin.log_change`` does. Only a Django user can own an admin log entry, and only
-        where the admin is installed; any other actor is recorded by the event alone."""
+        where the admin is installed; any other actor is recorded by the event alone.
+
+        ``title`` is what the admin's *Recent actions* shows of the entry (its ``object_repr``):
+        the action first, then what it acted on ("Retried emails.send #12 (was failed)"). The
+        object's own ``str()`` would name its state before the action, which reads backwards.
+        """
         if self._user is None or not apps.is_installed("django.contrib.admin"):
             return
         from django.contrib.admin.models import CHANGE, LogEntry
-
-        if self._together:
-            LogEntry.objects.log_actions(
-                user_id=self._user.pk, queryset=[obj], action_flag=CHANGE, change_message=message,
-                single_object=True,
-            )  # fmt: skip
-            return
         from django.contrib.contenttypes.models import ContentType
 
+        entry = {
+            "content_type_id": ContentType.objects.get_for_model(obj, for_concrete_model=False).pk,
+            "object_id": str(obj.pk),
+            "object_repr": title[:200],
+            "action_flag": CHANGE,
+            "change_message": message,
+        }
+        if self._together:
+            LogEntry.objects.create(user_id=self._user.pk, **entry)
+            return
         pending = PendingLogEntry.objects.using(jobs_settings.DATABASE).create(
-            user_id=str(self._user.pk),
-            content_type_id=ContentType.objects.get_for_model(obj, for_concrete_model=False).pk,
-            object_id=str(obj.pk),
-            object_repr=str(obj)[:200],
-            action_flag=CHANGE,
-            change_message=message,
+            user_id=str(self._user.pk), **entry
         )
         self.owed.append(pending.id)
 

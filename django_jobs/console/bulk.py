@@ -182,7 +182,10 @@ def start(
         runner = enqueue(RUNNER_TYPE, {"operation": operation.id})
         operation.total, operation.job_id = taken, runner.id
         operation.save(using=alias, update_fields=["total", "job_id"])
-        audit.log(operation, f"started: {action} of {taken} jobs matching {job_filter.describe()}: {reason}")
+        audit.log(
+            operation, f"started: {action} of {taken} jobs matching {job_filter.describe()}: {reason}",
+            title=f"Started {_operation_named(operation)}",
+        )  # fmt: skip
     return operation
 
 
@@ -198,8 +201,15 @@ def stop_operation(operation_id: int, *, reason: str, actor: Actor | None = None
             raise LookupError(f"no bulk operation has id {operation_id}")
         stopped = bulk_writes.stop(operation_id, actor=name, reason=reason)
         if stopped:
-            audit.log(operation, f"stopped: {reason}")
+            audit.log(operation, f"stopped: {reason}", title=f"Stopped {_operation_named(operation)}")
     return stopped
+
+
+def _operation_named(operation: BulkOperation) -> str:
+    """The operation as its admin log entries' titles name it: "retry of 3 matching jobs
+    (operation #4)"."""
+    action = operation.get_action_display().lower()
+    return f"{action} of {operation.total} matching jobs (operation #{operation.id})"
 
 
 def _statuses(action: str) -> set[str]:

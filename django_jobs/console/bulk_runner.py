@@ -15,12 +15,19 @@ records what became of them and moves the cursor, before it commits. So:
   which rolls the batch back and lets the run that took over its job go on;
 - a stop (``bulk.stop_operation``) is seen at the next batch, which does not start.
 
-Between batches it sleeps as long as the operation's pace asks (jobs per second).
+The pace (jobs per second) is a cap, not an average: no second, wherever it starts, holds more
+than ``pace`` of the jobs acted on. The runner makes ``k = ceil(pace / BATCH_LIMIT)`` batches a
+second, sized so that any ``k`` in a row add up to ``pace`` (250 a second: batches of 125), and
+starts each one ``1/k`` s after the one before, and a second after the batch ``k`` before it
+ended: a second, wherever it starts, holds jobs of at most ``k`` batches. A run goes at a little
+under ``pace`` on average: the time each batch takes to write is added once per ``k``.
 """
 
 from __future__ import annotations
 
+import math
 import time
+from collections import deque
 from typing import Any
 
 from django.db import transaction
@@ -49,10 +56,13 @@ def carry_out(ctx: JobContext, payload: dict[str, Any]) -> dict[str, Any]:
     operation_id = payload.get("operation")
     if isinstance(operation_id, bool) or not isinstance(operation_id, int) or operation_id < 1:
         raise PermanentError(f"the payload names no bulk operation: {payload!r:.100}")
+    batches = 0
+    #: When each of the last k batches committed (monotonic), oldest first.
+    ended: deque[float] = deque()
     while True:
         ctx.raise_if_cancelled()
-        began = time.monotonic()
-        state = _one_batch(operation_id)
+        state = _one_batch(operation_id, batches)
+        ended.append(time.monotonic())
         ctx.progress(state.done + state.skipped, state.total)
         if state.state != BulkState.RUNNING or state.acted == 0:
             return {
@@ -61,37 +71,59 @@ def carry_out(ctx: JobContext, payload: dict[str, Any]) -> dict[str, Any]:
                 "done": state.done,
                 "skipped": state.skipped,
             }
-        _wait(ctx, began + state.acted / state.pace)
+        batches += 1
+        per_second = batches_a_second(state.pace)
+        while len(ended) > per_second:
+            ended.popleft()
+        # Spread over the second, and never k + 1 batches' writes within one second: the next
+        # batch writes over a second after the one k before it has written its last.
+        start = state.began + 1 / per_second
+        _wait(ctx, max(start, ended[0] + 1) if len(ended) == per_second else start)
+
+
+def batches_a_second(pace: int) -> int:
+    """How many batches a second carry ``pace`` jobs a second, none above ``BATCH_LIMIT``."""
+    return max(1, math.ceil(pace / BATCH_LIMIT))
+
+
+def batch_size(pace: int, index: int) -> int:
+    """The size of the run's ``index``-th batch (from 0): ``pace`` split over a second's
+    batches, the remainder spread so that any ``batches_a_second(pace)`` in a row add up to
+    ``pace`` exactly (401 a second: 134, 134, 133, 134, 134, 133, …)."""
+    per_second = batches_a_second(pace)
+    size, remainder = divmod(pace, per_second)
+    return size + (1 if index % per_second < remainder else 0)
 
 
 class _State:
-    def __init__(self, operation: BulkOperation, acted: int) -> None:
+    def __init__(self, operation: BulkOperation, acted: int, began: float) -> None:
         self.state, self.total, self.pace = operation.state, operation.total, operation.pace
         self.done, self.skipped, self.acted = operation.done, operation.skipped, acted
+        #: A monotonic time before the batch's first write: the next batch starts 1/k s after.
+        self.began = began
 
 
-def _one_batch(operation_id: int) -> _State:
-    """Act on the operation's next batch; its state after, and how many jobs the batch held
-    (0 when it has ended, or ended now)."""
+def _one_batch(operation_id: int, index: int = 0) -> _State:
+    """Act on the operation's next batch (the run's ``index``-th); its state after, and how
+    many jobs the batch held (0 when it has ended, or ended now)."""
     alias = jobs_settings.DATABASE
     with transaction.atomic(using=alias):
         operation = bulk_writes.lock(operation_id, BATCH_IDLE_LIMIT)
+        began = time.monotonic()
         if operation is None:
             raise PermanentError(f"no bulk operation has id {operation_id}")
         if operation.state != BulkState.RUNNING:
-            return _State(operation, 0)
-        batch = bulk_writes.next_batch(
-            operation.id, operation.last_job_id, max(1, min(BATCH_LIMIT, operation.pace))
-        )
+            return _State(operation, 0, began)
+        batch = bulk_writes.next_batch(operation.id, operation.last_job_id, batch_size(operation.pace, index))
         if not batch:
             bulk_writes.finish(operation.id)
             operation.refresh_from_db(using=alias)
-            return _State(operation, 0)
+            return _State(operation, 0, began)
         counts = bulk_writes.record_batch(operation.id, _act(operation, batch))
         if counts is None:  # unreachable while the row is locked; never act twice if it were
             raise RuntimeError(f"bulk operation {operation_id} moved under its lock")
         operation.done, operation.skipped = counts
-        return _State(operation, len(batch))
+        return _State(operation, len(batch), began)
 
 
 #: What became of one job: its outcome, and why it was skipped (the refusal's words), if it was.

@@ -71,7 +71,8 @@ class QueuePages(JobPages):
                 with consolelog.audited_change(request.user) as audit:
                     QUEUE_VERBS[verb].run(name, actor=request.user.get_username(), reason=reason)
                     queue = Queue.objects.using(jobs_settings.DATABASE).get(name=name)
-                    audit.log(queue, f"{QUEUE_VERBS[verb].done}: {reason}")
+                    done = QUEUE_VERBS[verb].done
+                    audit.log(queue, f"{done}: {reason}", title=f"{done.capitalize()} queue {name}")
             except (pausing.InvalidQueue, transitions.ActionRefused) as exc:
                 messages.warning(request, str(exc))
             else:

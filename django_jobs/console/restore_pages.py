@@ -103,7 +103,7 @@ class RestorePages(JobPages):
                 if verb == "declare":
                     hold_id = restore_holds.declare(actor=actor, reason=reason)
                     message = f"Restore hold {hold_id} declared: jobs of external types wait."
-                    logged = f"declared: {reason}"
+                    logged, title = f"declared: {reason}", f"Declared restore hold {hold_id}"
                 else:
                     released = restore_holds.release(
                         actor=actor,
@@ -118,9 +118,9 @@ class RestorePages(JobPages):
                         f"{settled.to_review} parked for review, {settled.done} completed and "
                         f"{settled.not_done} run again as you said, {settled.running} running."
                     )
-                    logged = f"released: {reason}"
+                    logged, title = f"released: {reason}", f"Released restore hold {hold_id}"
                 hold = RestoreHold.objects.using(jobs_settings.DATABASE).get(id=hold_id)
-                audit.log(hold, logged)
+                audit.log(hold, logged, title=title)
         except (ValueError, transitions.ActionRefused) as exc:
             return str(exc)
         messages.success(request, message)

@@ -126,7 +126,10 @@ class ScheduleTickAdmin(admin.ModelAdmin):  # type: ignore[type-arg]  # generic 
             try:
                 with consolelog.audited_change(request.user) as audit:  # change, event and log
                     done = _apply(verb, declared.get(name), name, actor, reason)
-                    audit.log(ScheduleState(name=name), f"Schedule {name} {action.done}: {reason}")
+                    audit.log(
+                        ScheduleState(name=name), f"Schedule {name} {action.done}: {reason}",
+                        title=f"{action.done.capitalize()}: schedule {name}",
+                    )  # fmt: skip
             except transitions.ActionRefused as exc:
                 messages.warning(request, str(exc))
             else:

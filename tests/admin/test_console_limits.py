@@ -206,13 +206,13 @@ def test_the_audit_commits_with_the_action_or_not_at_all(cut: str, monkeypatch: 
     job = JobFactory(failed=True)
     client = Client(raise_request_exception=False)
     client.force_login(User.objects.create_superuser("root", "root@example.com", "pw"))
-    log_actions = LogEntryManager.log_actions
+    create = LogEntryManager.create
 
     def log_then_cut(self: LogEntryManager, *args: Any, **kwargs: Any) -> Any:
         assert connection.in_atomic_block  # the transition is written but not committed yet
         if cut == "before_the_log_entry":
             terminate(connection.connection.info.backend_pid)
-        entry = log_actions(self, *args, **kwargs)
+        entry = create(self, *args, **kwargs)
         if cut == "after_the_log_entry":
             terminate(connection.connection.info.backend_pid)
         return entry
@@ -220,7 +220,7 @@ def test_the_audit_commits_with_the_action_or_not_at_all(cut: str, monkeypatch: 
     # The admin's history is written where every log entry is: whoever asks for it (the
     # console, django_jobs.retry, manage.py jobs), this is the write that must share the
     # transition's transaction.
-    monkeypatch.setattr(LogEntryManager, "log_actions", log_then_cut)
+    monkeypatch.setattr(LogEntryManager, "create", log_then_cut)
     response = client.post(act_url("retry", job.id), {"ids": str(job.id), "reason": "provider fixed"})
     connection.close()  # the next query reconnects
 

@@ -221,6 +221,35 @@ def test_the_pace_spaces_the_batches() -> None:
     assert timezone.now() - began >= dt.timedelta(seconds=0.9)
 
 
+def test_the_pace_is_a_cap_on_every_second_not_an_average(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Batches of at most 8 (as 200 are for a real pace): 20 a second takes three batches a
+    # second. Batches of 8 every 0.4 s would average 20 a second yet put 24 in some seconds.
+    monkeypatch.setattr(bulk_runner, "BATCH_LIMIT", 8)
+    pace, jobs = 20, failed(60)
+    operation = django_jobs.retry_matching(JobFilter(code=CODE), reason="slowly", pace=pace)
+    carry_out()
+    operation.refresh_from_db()
+    assert operation.done == len(jobs)
+    # When each job was retried: its event's time.
+    acted_at = sorted(event.created_at for event in operation_events(operation))
+    assert len(acted_at) == len(jobs)
+    second = dt.timedelta(seconds=1)
+    for start in acted_at:  # a window opening on a write holds the most any window does
+        assert sum(start <= moment < start + second for moment in acted_at) <= pace, start
+    # ...and at the pace, near enough: nine batches (7, 7, 6, 7, 7, 6, 7, 7, 6), 1/3 s apart.
+    took = (acted_at[-1] - acted_at[0]).total_seconds()
+    assert 8 / 3 <= took < 8 / 3 + 1.0, took
+
+
+@pytest.mark.parametrize("pace", [1, 3, 20, 199, 200, 201, 250, 401, 999, 10_000])
+def test_any_seconds_worth_of_batches_adds_up_to_the_pace(pace: int) -> None:
+    per_second = bulk_runner.batches_a_second(pace)
+    sizes = [bulk_runner.batch_size(pace, index) for index in range(3 * per_second + 2)]
+    assert max(sizes) <= bulk_runner.BATCH_LIMIT and min(sizes) >= 1
+    for first in range(len(sizes) - per_second + 1):
+        assert sum(sizes[first : first + per_second]) == pace
+
+
 # ---- refused before anything is written -------------------------------------------------------
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from datetime import timedelta
 from io import StringIO
 
 import pytest
@@ -13,9 +14,13 @@ from django.contrib.admin.models import LogEntry
 from django.contrib.auth.models import User
 from django.core.management import CommandError, call_command
 from django.db import IntegrityError
+from django.db.models.functions import Now
+from django.test import Client
+from django.urls import reverse
 
 import django_jobs
 from django_jobs import ActionRefused, CancelResult, JobNotFound
+from django_jobs.console import actions
 from django_jobs.console.actions import default_actor
 from django_jobs.models import Job, JobEvent
 from django_jobs.states import EventKind, JobStatus
@@ -58,6 +63,29 @@ def test_retry_from_python_leaves_the_consoles_audit() -> None:
     entry = LogEntry.objects.get(object_id=str(job.id))
     assert entry.user == alice and entry.is_change()
     assert entry.get_change_message() == "retried (was failed): provider fixed"
+
+
+def test_the_admins_recent_actions_name_the_action_first() -> None:
+    # Recent actions shows each entry's object_repr: the action, then the job it acted on,
+    # never the status the job had before it.
+    alice = User.objects.create_user("alice", is_staff=True, is_superuser=True)
+    failed, pending, running = JobFactory(failed=True), JobFactory(), JobFactory(running=True)
+    parked = JobFactory(status=JobStatus.NEEDS_REVIEW)
+    django_jobs.retry(failed.id, reason="provider fixed", actor=alice)
+    django_jobs.cancel(pending.id, reason="duplicate order", actor=alice)
+    django_jobs.cancel(running.id, reason="wrong customer", actor=alice)
+    actions.resolve(parked.id, to="completed", reason="the charge went through", actor=alice)
+    titles = list(LogEntry.objects.order_by("id").values_list("object_repr", flat=True))
+    assert titles == [
+        f"Retried test.noop #{failed.id} (was failed)",
+        f"Cancelled test.noop #{pending.id}",
+        f"Asked test.noop #{running.id} to stop (cancellation requested)",
+        f"Resolved test.noop #{parked.id} as completed",
+    ]
+    client = Client()
+    client.force_login(alice)
+    page = client.get(reverse("admin:index")).content.decode()
+    assert f"Retried test.noop #{failed.id} (was failed)" in page and "(failed)</a>" not in page
 
 
 def test_cancel_from_python_cancels_a_pending_job_and_asks_a_running_one() -> None:
@@ -217,6 +245,27 @@ def test_jobs_list_filters_by_status_code_type_and_queue_newest_first() -> None:
     assert len(out.splitlines()) == 2 and '"status": "failed"' in out.splitlines()[0]
     _, err = jobs("list", "--code", "NEVER_SEEN")
     assert err == "no job matches\n"
+
+
+def test_jobs_list_prints_the_time_of_its_order_beside_when_a_job_finished() -> None:
+    # The last enqueued first: a job enqueued earlier that failed later still comes after.
+    early = JobFactory(failed=True, queue="emails")
+    late = JobFactory(failed=True, queue="emails")
+    Job.objects.filter(id=early.id).update(
+        created_at=Now() - timedelta(hours=2), finished_at=Now() - timedelta(minutes=1)
+    )
+    Job.objects.filter(id=late.id).update(
+        created_at=Now() - timedelta(hours=1), finished_at=Now() - timedelta(minutes=30)
+    )
+    out, _ = jobs("list", "--queue", "emails")
+    rows = [line.split("\t") for line in out.splitlines()]
+    assert [int(row[0]) for row in rows] == [late.id, early.id]
+    enqueued, finished = [row[6] for row in rows], [row[7] for row in rows]
+    assert enqueued == sorted(enqueued, reverse=True)
+    assert finished == sorted(finished)  # the later failure is listed second: it was enqueued first
+    for row, job in zip(rows, (late, early), strict=True):
+        job.refresh_from_db()
+        assert row[6:] == [f"{moment:%Y-%m-%d %H:%M:%S %Z}" for moment in (job.created_at, job.finished_at)]
 
 
 def test_jobs_explain_says_what_explainjob_says() -> None:

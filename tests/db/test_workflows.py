@@ -120,6 +120,14 @@ class Chains(TestCase):
         run_until_settled(in_thread=True)
         assert statuses(workflow) == ["failed", "completed"]
 
+    def test_a_step_after_a_parent_that_did_not_complete_reads_none_as_its_result(self) -> None:
+        # parent_result() is what the parent returned, whatever it ended as: None when it failed
+        # (or was skipped, or returned nothing); ctx.upstream() tells those apart.
+        workflow = enqueue_chain(step("a", fail=True), step("b", read_parent=True), on_failure="continue")
+        run_until_settled(in_thread=True)
+        assert statuses(workflow) == ["failed", "completed"]
+        assert jobs_of(workflow)[1].return_value == {"n": None, "parent": None}
+
     def test_a_skipped_step_counts_as_done(self) -> None:
         workflow = enqueue_chain(Step("test.skip", {}), step("after"))
         run_until_settled(in_thread=True)

@@ -49,7 +49,8 @@ def test_burst_worker_settles_a_mixed_set_of_jobs(runjobs: Runjobs, tmp_path: Pa
     assert status[delayed.id] == JobStatus.PENDING
     assert Job.objects.get(id=poison.id).attempts == 3
     assert JobEvent.objects.filter(job_id=flaky.id, kind=EventKind.RETRY_SCHEDULED).count() == 1
-    assert " stopped (nothing left to claim (burst)): " in result.stdout
+    assert " worker stopping id=" in result.stderr and ": nothing left to claim (burst)" in result.stderr
+    assert result.stderr.count(" worker stopped id=") == 1 and " stopped " not in result.stdout
     summary = json.loads(stats_file.read_text())
     assert summary["lost_leases"] == 0 and summary["released"] == 0
 

@@ -46,10 +46,15 @@ def test_a_worker_says_what_it_does_with_no_logging_set_up(runjobs: Runjobs) -> 
     assert "no job pending or running (until settled)" in log
     assert MARKER not in log + summary
     # Executions and jobs, each named: the flaky job ran twice.
-    assert (
-        "stopped (no job pending or running (until settled)): 4 executions: 2 completed, 1 retried, "
-        "1 failed (3 jobs finished); 0 lease(s) lost, 0 prefetched job(s) given back"
-    ) in summary, summary
+    # Why it stopped, then what it did, each said once, on the log's channel alone.
+    stopping = re.findall(r"INFO django_jobs.worker worker stopping id=\S+: (.*)", log)
+    assert stopping == ["no job pending or running (until settled)"], log
+    stopped = re.findall(r"INFO django_jobs.worker worker stopped id=\S+: (.*)", log)
+    assert stopped == [
+        "4 executions: 2 completed, 1 retried, 1 failed (3 jobs finished); "
+        "0 lease(s) lost, 0 prefetched job(s) given back"
+    ], log
+    assert summary == "", summary
     assert set(Job.objects.values_list("status", flat=True)) == {JobStatus.COMPLETED, JobStatus.FAILED}
 
 

@@ -82,3 +82,46 @@ def test_truncate_keeps_the_head_and_the_tail() -> None:
     assert short.startswith("MESSAGE")
     assert short.endswith("INNERMOST FRAME")
     assert truncate("short", 500) == "short"
+
+
+@pytest.mark.parametrize(
+    ("line", "expected"),
+    [
+        # A traceback's source line and message, with the secret quoted, single-quoted, bare.
+        (
+            '    client.login(user="bob", password="hunter2", code="X")',
+            '    client.login(user="bob", password="[REDACTED]", code="X")',
+        ),
+        ("ValueError: login(password='x', code='Y')", "ValueError: login(password='[REDACTED]', code='Y')"),
+        ('    fetch(url, token=abc, code="X")', '    fetch(url, token=[REDACTED], code="X")'),
+        # The secret inside a quoted string: the string's closing quote stays where it was.
+        (
+            '    psycopg.connect("host=db password=hunter2", code="X")',
+            '    psycopg.connect("host=db password=[REDACTED]", code="X")',
+        ),
+        (
+            "OperationalError('user=app password=hunter2', code='E1')",
+            "OperationalError('user=app password=[REDACTED]', code='E1')",
+        ),
+        ('{"dsn": "user=a token=abc", "code": "X"}', '{"dsn": "user=a token=[REDACTED]", "code": "X"}'),
+    ],
+)
+def test_redaction_keeps_the_quotes_around_the_secret(line: str, expected: str) -> None:
+    assert sanitize(line) == expected
+
+
+@pytest.mark.parametrize(
+    ("text", "secret"),
+    [
+        # A quote that opens no string is part of the secret, wherever it is in it.
+        ('login(password=ab"cd, code=1)', 'ab"cd'),
+        ('login(password=hunter2", code=1)', 'hunter2"'),
+        ("connect('password=pa\"ss', code='X')", 'pa"ss'),
+        ('  File "app.py", line 3\n    connect(password=s3cret", code=1)', 's3cret"'),
+    ],
+)
+def test_a_quote_inside_a_secret_is_redacted_with_it(text: str, secret: str) -> None:
+    cleaned = sanitize(text)
+    assert secret not in cleaned
+    assert secret.strip("\"'") not in cleaned
+    assert cleaned.count(REDACTED) == 1

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from datetime import datetime
 from typing import Any
 
 from django.contrib.auth import get_user_model
@@ -75,7 +76,7 @@ def _add_list(listing: argparse.ArgumentParser) -> None:
     )
     listing.add_argument(
         "--limit", type=_limit, default=50,
-        help=f"At most this many, newest first (default 50, up to {operations.MAX_LISTED}).",
+        help=f"At most this many, the last enqueued first (default 50, up to {operations.MAX_LISTED}).",
     )  # fmt: skip
     listing.add_argument("--json", action="store_true", help="Print one JSON object per job.")
 
@@ -184,11 +185,18 @@ def _cancelled(result: str) -> str:
 
 
 def _row(job: Job) -> list[str]:
+    # Listed newest first means in the order they were enqueued (ids are drawn as rows are
+    # written, and every filter's index is ordered by id), so the time that order follows
+    # is printed first; when the job finished, or is due, comes after it.
     when = job.finished_at or job.available_at
     return [
         str(job.id), job.status, job.type, job.queue, f"{job.attempts}/{job.max_attempts}",
-        job.last_error_code or "-", f"{when:%Y-%m-%d %H:%M:%S %Z}" if when else "-",
+        job.last_error_code or "-", _moment(job.created_at), _moment(when),
     ]  # fmt: skip
+
+
+def _moment(when: datetime | None) -> str:
+    return f"{when:%Y-%m-%d %H:%M:%S %Z}" if when else "-"
 
 
 def _as_dict(job: Job) -> dict[str, Any]:

@@ -192,16 +192,11 @@ class Command(BaseCommand):
         finally:
             if server is not None:
                 server.stop()
-        summary = worker.stats.summary()
+        # The summary in words is the worker's last log line ("worker stopped id=…"), where
+        # every other line it says goes: it is not printed a second time here.
         if options["stats_file"]:
             with open(options["stats_file"], "w") as f:
-                json.dump(summary, f)
-        if options["verbosity"] >= 1:
-            self.stdout.write(
-                f"worker {worker.worker_id} stopped ({worker.stop_reason or 'asked to stop'}): "
-                f"{worker.stats.describe()}; {summary['lost_leases']} lease(s) lost, "
-                f"{summary['released']} prefetched job(s) given back"
-            )
+                json.dump(worker.stats.summary(), f)
         if worker.abandoned:
             # Handlers still run on threads past the grace period; their leases were cut to
             # EXIT_MARGIN on the promise that they end with this process now. Interpreter
