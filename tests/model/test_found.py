@@ -16,6 +16,7 @@ from django_jobs import Step
 from django_jobs.console import restore_holds
 from django_jobs.maintenance import pruner
 from django_jobs.models import Job, JobEvent
+from django_jobs.transitions import KeyHeld
 from django_jobs.testing import run_one
 from testproject.testjobs.jobs import MODEL_SCRIPT
 from tests.model import driver
@@ -134,3 +135,18 @@ def test_cancelling_the_job_before_a_restored_step_parks_the_step_and_never_runs
         ended[order] = Job.objects.get(id=step.id).status
         assert run_one() is None
     assert ended == {"step first": "cancelled", "member first": "needs_review"}
+
+
+def test_a_retry_that_would_resume_a_step_two_stops_away_whose_key_is_taken_is_refused_naming_it() -> None:
+    first, second, third = jobs_of(
+        django_jobs.enqueue_chain(
+            Step(PLAIN, {}, queue="emails"), Step(PLAIN, {}, queue="emails"),
+            Step(PLAIN, {}, queue="emails", unique_key="k1"),
+        ).id
+    )  # fmt: skip
+    django_jobs.cancel(first.id, **OPERATOR)
+    assert [Job.objects.get(id=j.id).status for j in (second, third)] == ["cancelled", "cancelled"]
+    holder = django_jobs.enqueue(PLAIN, {}, queue="emails", unique_key="k1")  # the key is free
+    with pytest.raises(KeyHeld, match=rf"resume job {third.id}\b.*job {holder.id} holds"):
+        django_jobs.retry(first.id, **OPERATOR)
+    assert [Job.objects.get(id=j.id).status for j in (first, second, third)] == ["cancelled"] * 3

@@ -117,9 +117,14 @@ class JobsMachine(RuleBasedStateMachine):
         )
         holder = model.key_holder(job, statuses, keys)
         stopped = set(WorkflowStep.objects.filter(stopped=True).values_list("job_id", flat=True))
-        resumed = [
-            s for s in model.downstream(job_id) if s.id in stopped and statuses.get(s.id) == "cancelled"
-        ]
+        # The stopped steps this retry resumes: those waiting on it, then those waiting on them.
+        resumed: list[MJob] = []
+        reach = [job_id]
+        while reach:
+            for s in model.downstream(reach.pop()):
+                if s.id in stopped and statuses.get(s.id) == "cancelled" and s.id not in {r.id for r in resumed}:
+                    resumed.append(s)
+                    reach.append(s.id)
         blocked = [(s.id, model.key_holder(s, statuses, keys)) for s in resumed]
         blocked = [(s, h) for s, h in blocked if h is not None]
         try:
