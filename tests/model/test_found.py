@@ -16,8 +16,8 @@ from django_jobs import Step
 from django_jobs.console import restore_holds
 from django_jobs.maintenance import pruner
 from django_jobs.models import Job, JobEvent
-from django_jobs.transitions import KeyHeld
 from django_jobs.testing import run_one
+from django_jobs.transitions import KeyHeld
 from testproject.testjobs.jobs import MODEL_SCRIPT
 from tests.model import driver
 from tests.model.shapes import PLAIN, REVIEW

@@ -122,7 +122,8 @@ class JobsMachine(RuleBasedStateMachine):
         reach = [job_id]
         while reach:
             for s in model.downstream(reach.pop()):
-                if s.id in stopped and statuses.get(s.id) == "cancelled" and s.id not in {r.id for r in resumed}:
+                taken = s.id in {r.id for r in resumed}
+                if s.id in stopped and statuses.get(s.id) == "cancelled" and not taken:
                     resumed.append(s)
                     reach.append(s.id)
         blocked = [(s.id, model.key_holder(s, statuses, keys)) for s in resumed]
