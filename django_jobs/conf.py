@@ -137,7 +137,7 @@ class Settings:
         "view read from, each page saying how far behind the replica is. Every action still runs "
         "on `DATABASE`, and first reads the job again there: it is refused when the job is no "
         "longer as the page showed it. `None`: everything reads `DATABASE`. See "
-        "[operations](operations.md#console-reads-from-a-replica).",
+        "[operations](operations/console.md#console-reads-from-a-replica).",
     )
     NOTIFY = Setting(
         True,
@@ -381,7 +381,7 @@ class Settings:
         "way), and a worker's port answers anyone who reaches it: it listens on `127.0.0.1` "
         "unless `--metrics-host` says otherwise, and warns at start when it listens further "
         "without a token. Never logged: the worker's start-up line shows "
-        "`METRICS_TOKEN=[REDACTED]`. See [operations](operations.md#metrics-and-probes).",
+        "`METRICS_TOKEN=[REDACTED]`. See [operations](operations/metrics.md).",
         credential=True,
     )
     METRICS_MAX_LABEL_VALUES = Setting(

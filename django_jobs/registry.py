@@ -131,12 +131,11 @@ def job(
     """Register the decorated ``handler(ctx, payload)`` as job type ``name``.
 
     ``external=True`` says that its effects may be outside the database (a charge, a mail, a
-    webhook): its jobs wait while a restore hold is open (docs/operations.md, "Restoring from a
-    backup"). ``external=False`` says they all stay in the database, which a restore takes back
-    with them: its jobs run through a hold. A type that says nothing is held too (unknown means
-    outside), and ``manage.py check`` names it (``django_jobs.W008``); ``external_calls``, a
-    ``reconcile`` or ``on_lost="needs_review"`` say that it acts outside, and refuse
-    ``external=False``.
+    webhook): its jobs wait while a restore hold is open (docs/operations/restore.md).
+    ``external=False`` says they all stay in the database, which a restore takes back with them:
+    its jobs run through a hold. A type that says nothing is held too (unknown means outside),
+    and ``manage.py check`` names it (``django_jobs.W008``); ``external_calls``, a ``reconcile``
+    or ``on_lost="needs_review"`` say that it acts outside, and refuse ``external=False``.
 
     ``schedule`` (a cron expression, evaluated in ``tz``, or an interval in seconds or as a
     timedelta) makes the workers enqueue this type once per tick with an empty payload; see

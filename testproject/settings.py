@@ -31,7 +31,7 @@ INSTALLED_APPS = [
     "testproject.demo",
     "testproject.testjobs",
     "testproject.shop",  # the example app of docs/quickstart.md; the docs' snippets use it
-    "health_check",  # the health check endpoint of docs/operations.md, with django_jobs' plugin
+    "health_check",  # the health check endpoint of docs/operations/diagnosis.md, with django_jobs' plugin
 ]
 
 MIDDLEWARE = [
@@ -178,7 +178,7 @@ if env("DJANGO_JOBS_LOGGING", default=None):
     LOGGING = json.loads(env("DJANGO_JOBS_LOGGING"))
 
 # OpenTelemetry in a worker process of the tracing tests: each span to this file, as it ends
-# (testproject/span_file.py; docs/operations.md, "Tracing", sets a provider the same way).
+# (testproject/span_file.py; docs/operations/tracing.md sets a provider the same way).
 if env("TRACE_SPANS_FILE", default=None):
     from testproject.span_file import trace_to
 

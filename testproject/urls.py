@@ -4,9 +4,9 @@ from health_check.views import HealthCheckView
 
 urlpatterns = [
     path("admin/", admin.site.urls),
-    path("jobs/", include("django_jobs.urls")),  # /jobs/metrics (docs/operations.md)
+    path("jobs/", include("django_jobs.urls")),  # /jobs/metrics (docs/operations/metrics.md)
     path("shop/", include("testproject.shop.urls")),  # the example shop's views (docs/testing.md)
-    # As docs/operations.md sets it up (*The health check plugin*).
+    # As docs/operations/diagnosis.md sets it up (*The health check plugin*).
     path(
         "health/", HealthCheckView.as_view(checks=["django_jobs.health.JobsHealthCheck"]), name="health_check"
     ),

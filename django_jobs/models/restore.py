@@ -2,8 +2,7 @@
 workers last saw it (``DatabaseIdentity``, one row) and the holds opened when it changed the way
 a restore changes it, or when an operator declared one (``RestoreHold``).
 
-Both are written only by ``django_jobs.transitions.restore``. See docs/operations.md,
-"Restoring from a backup".
+Both are written only by ``django_jobs.transitions.restore``. See docs/operations/restore.md.
 """
 
 from __future__ import annotations

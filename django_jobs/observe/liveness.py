@@ -20,7 +20,7 @@ intervals they watch):
 
 *Ready* is false before start-up is done (the threads started and the database answered
 once), while the database is unreachable, and from the start of a shutdown. A worker held by a
-restore hold (it starts no job of an external type, see docs/operations.md) stays ready: it
+restore hold (it starts no job of an external type, see docs/operations/restore.md) stays ready: it
 still runs the other jobs, and a rollout, of a reconcile hook say, must not wait for the hold.
 Its readiness says so in a note instead.
 

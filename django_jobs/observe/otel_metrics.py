@@ -174,7 +174,7 @@ def observe_queues() -> None:
     meter = _meter()
     for suffix, attr, text in QUEUE_GAUGES:
         name = "django_jobs." + suffix.replace("queue_", "queue.", 1)
-        description = text.split(" Counted")[0]  # the cap is said in docs/operations.md
+        description = text.split(" Counted")[0]  # the cap is said in docs/operations/metrics.md
         meter.create_observable_gauge(name, callbacks=[_gauge(figures, attr)], description=description)
 
 

@@ -5,7 +5,7 @@ span (producer), its W3C trace context is stored on the job (``Job.trace_context
 execution is a span (consumer) whose parent is that context, with the handler running inside
 it so that the user's own spans and the psycopg and Django instrumentations nest under it. An
 operator's retry stores its own span's context instead. The spans follow OpenTelemetry's
-messaging conventions (docs/operations.md, "Tracing").
+messaging conventions (docs/operations/tracing.md).
 
 This module is the face, as ``observe.metrics`` is for Prometheus: it never imports
 OpenTelemetry itself. Tracing is on when ``opentelemetry-api`` is installed *and* a tracer

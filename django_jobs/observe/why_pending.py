@@ -71,7 +71,7 @@ def _restore_hold(job: Job, now: dt.datetime, db: str) -> Blocker | None:
         Reason.RESTORE_HOLD,
         f"Restore hold {hold.id} is open ({hold.get_kind_display().lower()}, {since}): no worker starts "
         f"a job of type {job.type}, whose effects may be outside the database, until an operator "
-        "releases it (manage.py jobsrestore; docs/operations.md, “Restoring from a backup”).",
+        "releases it (manage.py jobsrestore; docs/operations/restore.md).",
     )
 
 

@@ -4,7 +4,7 @@ jobs of external types must wait (a restore hold is open).
 
 Until its first look gets through, it holds them too: a worker that starts on a restored database
 must not run one before it has compared. See ``django_jobs.restoring`` for the signs, and
-docs/operations.md, "Restoring from a backup", for what the operator does.
+docs/operations/restore.md, for what the operator does.
 """
 
 from __future__ import annotations

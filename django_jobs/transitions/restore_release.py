@@ -1,6 +1,5 @@
 """The release of a restore hold: in one transaction, the hold is closed with who and why, and
-the jobs it kept are settled, each with an event (see docs/operations.md, "Restoring from a
-backup")."""
+the jobs it kept are settled, each with an event (see docs/operations/restore.md)."""
 
 from __future__ import annotations
 

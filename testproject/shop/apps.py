@@ -13,7 +13,7 @@ class ShopConfig(AppConfig):
     def ready(self):
         from django.conf import settings
 
-        # docs/operations.md's Sentry recipe, where a test reports to Sentry: elsewhere its
+        # docs/operations/tracing.md's Sentry recipe, where a test reports to Sentry: elsewhere its
         # receivers would make every other test's jobs send signals.
         if settings.SENTRY_EVENTS_FILE:
             from . import error_tracking  # noqa: F401

@@ -208,7 +208,7 @@ def cancelled_query(ctx: JobContext, payload: dict[str, Any]) -> None:
 def traced(ctx: JobContext, payload: dict[str, Any]) -> None:
     """Works inside a span of its own (under its execution's), for ``payload["pause"]`` seconds,
     and fails with a retryable error, whose text holds a secret, until attempt
-    ``payload["succeed_on"]`` (docs/operations.md, "Tracing"). The baggage it sees is on its
+    ``payload["succeed_on"]`` (docs/operations/tracing.md). The baggage it sees is on its
     span, as ``baggage.NAME`` attributes."""
     from opentelemetry import baggage, trace
 

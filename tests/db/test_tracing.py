@@ -173,7 +173,7 @@ def test_an_operators_retry_is_a_span_of_their_request_and_the_parent_of_what_ru
         "django_jobs.job.type": "test.traced",
         "messaging.message.id": str(job.id),
         "messaging.batch.message_count": 1,
-    }  # as send's (docs/operations.md)
+    }  # as send's (docs/operations/tracing.md)
     stored = Job.objects.get(id=job.id).trace_context
     assert stored != enqueued
 

@@ -1,4 +1,4 @@
-"""The fenced code blocks of README.md and docs/*.md, so tests can run them as a reader would.
+"""The fenced code blocks of README.md and docs/**/*.md, so tests can run them as a reader would.
 
 A Python block is one of:
 
@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-DOCUMENTS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+DOCUMENTS = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
 #: The distribution pyproject.toml builds, and where the documents say its checkout is.
 DISTRIBUTION = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["name"]
 CHECKOUT = f"/path/to/{DISTRIBUTION}"

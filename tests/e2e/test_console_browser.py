@@ -11,7 +11,7 @@ The browser is Debian's chromium (never a downloaded one). Django's ORM is used 
 browser starts and after it stops: Playwright's sync API keeps an event loop marked as running
 between its calls, and Django refuses database calls from within a running loop.
 
-The screenshots of docs/operations.md come from this test. It always takes them (into a
+The screenshots of docs/operations/console.md come from this test. It always takes them (into a
 temporary folder); to refresh the committed ones, run it with DJANGO_JOBS_SCREENSHOTS=docs/images.
 """
 

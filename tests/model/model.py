@@ -1,6 +1,6 @@
 """The reference model: what the model knows of each job it enqueued, and the checks of what
 the database says against the docs' rules (docs/lifecycle.md, docs/workflows.md,
-docs/operations.md). Pure Python over rows read by the machine."""
+docs/operations/). Pure Python over rows read by the machine."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""docs/operations.md's Sentry recipe (testproject/shop/error_tracking.py) in a real worker
+"""docs/operations/tracing.md's Sentry recipe (testproject/shop/error_tracking.py) in a real worker
 process with sentry-sdk's Django integration, its events written by a transport of the SDK's
 own kind to a file instead of sent (testproject/sentry_file.py): no network."""
 
