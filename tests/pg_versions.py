@@ -30,16 +30,16 @@ from tests.process.throwaway_pg import ThrowawayCluster
 ROOT = Path(__file__).resolve().parent.parent
 
 #: What runs on each major. The legs on 15 run the whole suite; what another major can break is
-#: PostgreSQL's side of the product (its statements, triggers, catalog reads, plans and
+#: PostgreSQL's side of the product (its statements, triggers, catalog reads, plans, recovery and
 #: migrations), so these are the files that reach the most of it per second of wall time, within
-#: about six minutes for both majors on two cores (about 2.5 minutes each). Creating the test
-#: database (--create-db) runs every migration from zero, Django's and django_jobs'. Left out:
-#: what is Python's, Django's or the kernel's more than the server's (the unit, docs, Tasks and
-#: model tests, the browser, the network cuts), what takes minutes for little more SQL (the
-#: chaos soaks, the 1M-row plans, the restores from base backups and WAL, the process tests
-#: behind PgBouncer beyond its detection), and the count of dead index entries a claim steps over
-#: (tests/db/test_claim_positions.py), which follows the index's hint bits and differs on a fresh
-#: cluster whatever its major.
+#: about six minutes for both majors on two cores (about two and a half minutes each). Creating
+#: the test database (--create-db) runs every migration from zero, Django's and django_jobs'.
+#: Left out: what is Python's, Django's or the kernel's more than the server's (the unit, docs,
+#: Tasks and model tests, the browser, the network cuts, the console's permissions and
+#: templates), what takes minutes for little more SQL (the chaos soaks, the 1M-row plans, the
+#: process tests behind PgBouncer beyond its detection), and the count of dead index entries a
+#: claim steps over (tests/db/test_claim_positions.py), which follows the index's hint bits and
+#: differs on a fresh cluster whatever its major.
 SUBSET = [
     # the server is the one asked for, and the minimum version check passes on it;
     "tests/db/test_server_version.py",
@@ -65,9 +65,12 @@ SUBSET = [
     # the workflows' triggers and the operator's rules written in them;
     "tests/db/test_workflows.py",
     "tests/db/test_workflow_operator_rules.py",
-    # restore identity (system identifier, timeline, database OID), its holds and their release;
+    # restore identity (system identifier, timeline, database OID), its holds and their release,
+    # and real restores on clusters of this major: a point-in-time recovery, a base backup
+    # brought up as a new cluster, a dump restored, failovers to a streaming replica;
     "tests/db/test_restore_holds.py",
     "tests/db/test_restore_release_workflows.py",
+    "tests/process/test_restore.py",
     # the upgrade from a previous state: migrations applied and unapplied around rows;
     "tests/db/test_claim_layout_migration.py",
     "tests/db/test_vacuum_settings.py",
@@ -76,8 +79,11 @@ SUBSET = [
     "tests/db/test_search_indexes.py",
     "tests/db/test_horizon.py",
     "tests/db/test_dashboard_figures.py",
-    # the console's pages and actions through Django's test client;
-    "tests/admin/test_console.py",
+    # the console's reads: the list searched by a payload field and filtered by workflow, a
+    # workflow's page (the whole console, mostly Django's permissions and templates, takes
+    # half a minute more per major);
+    "tests/admin/test_payload_search.py",
+    "tests/admin/test_workflow_console.py",
     # pooler detection: PgBouncer in transaction mode in front of this server;
     "tests/process/behind_pgbouncer/test_pooler_checks.py",
     # real runjobs processes killed, frozen and deployed over.
