@@ -201,6 +201,49 @@ def check_search_indexes(
     ]
 
 
+#: The oldest PostgreSQL major the jobs database may run (E053). From 15 on, ``pg_upgrade`` keeps
+#: the database's OID, which is how a restore is told from an upgrade (``restoring``): on an older
+#: server every upgrade would hold the jobs as a restore. Django 6 needs 15 too; CI runs 15, 16, 18.
+MIN_POSTGRESQL = 15
+
+
+def server_version_messages(alias: str, version_num: int) -> list[CheckMessage]:
+    """E053 when ``version_num`` (``server_version_num``: 150004 is 15.4) is older than
+    ``MIN_POSTGRESQL``."""
+    if version_num // 10000 >= MIN_POSTGRESQL:
+        return []
+    found = f"{version_num // 10000}.{version_num % 10000}"
+    return [
+        Error(
+            f"The jobs database {alias!r} runs PostgreSQL {found}; django_jobs needs PostgreSQL "
+            f"{MIN_POSTGRESQL} or later.",
+            hint=f"Upgrade the server to PostgreSQL {MIN_POSTGRESQL} or later: before {MIN_POSTGRESQL}, "
+            "pg_upgrade gives the database a new OID, and every upgrade would hold the jobs as a "
+            "restore.",
+            id="django_jobs.E053",
+        )
+    ]
+
+
+@register(Tags.database)
+def check_server_version(
+    app_configs: Sequence[AppConfig] | None = None, databases: Collection[str] | None = None, **kwargs: Any
+) -> list[CheckMessage]:
+    """The jobs database's server is PostgreSQL ``MIN_POSTGRESQL`` or later (E053). It asks the
+    server, so it runs where Django runs its database checks (``migrate``, ``check --database``)."""
+    alias = user_settings().get("DATABASE", DEFAULTS["DATABASE"])
+    if not databases or alias not in databases or alias not in settings.DATABASES:
+        return []
+    connection = connections[alias]
+    if connection.vendor != "postgresql":
+        return []  # E008
+    try:
+        version_num = int(connection.pg_version)  # type: ignore[attr-defined]
+    except DatabaseError:
+        return []  # unreachable, or older than Django itself accepts: the command has that error
+    return server_version_messages(alias, version_num)
+
+
 @register(Tags.database)
 def check_pooling(
     app_configs: Sequence[AppConfig] | None = None, databases: Collection[str] | None = None, **kwargs: Any

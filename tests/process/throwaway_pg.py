@@ -40,10 +40,11 @@ def _free_port() -> int:
 
 
 class ThrowawayCluster:
-    def __init__(self, **settings: str) -> None:
+    def __init__(self, *, bindir: Path | None = None, **settings: str) -> None:
         #: Server settings passed as -c NAME=VALUE at every start (max_connections=20, say).
         self.settings = settings
-        self.bin = _bindir()
+        #: The server's tools: ``bindir`` (another version's, say), else the ones on PATH.
+        self.bin = bindir or _bindir()
         self.dir = Path(tempfile.mkdtemp(prefix="django-jobs-pg-"))
         self.data = self.dir / "data"
         self.port = _free_port()
@@ -173,7 +174,7 @@ class ThrowawayStandby(ThrowawayCluster):
     same databases, and a replay that can be paused so that it falls behind the primary on cue."""
 
     def __init__(self, primary: ThrowawayCluster, **settings: str) -> None:
-        super().__init__(**settings)
+        super().__init__(bindir=primary.bin, **settings)
         self.primary = primary
 
     def create(self) -> None:
