@@ -620,7 +620,13 @@ class JobsMachine(RuleBasedStateMachine):
             try:
                 found = explain(job_id)
             except Exception as exc:
-                model.fail(f"explainjob {job_id} ({status}) raised {exc!r}")
+                # Say what the database holds now, on which connection state: a row read a
+                # moment ago that explain cannot find must be told from a rolled-back one.
+                still = Job.objects.filter(id=job_id).values_list("status", flat=True).first()
+                model.fail(
+                    f"explainjob {job_id} ({status}) raised {exc!r}; the row now: {still}, "
+                    f"in an atomic block: {connection.in_atomic_block}"
+                )
                 continue
             if not found.sentence or not found.reason:
                 model.fail(f"explainjob {job_id} ({status}) names no reason")
