@@ -1,0 +1,237 @@
+"""CPU per drained job, worker and server together, beside PostgreSQL's own floor in the same run:
+``python bench/cpu_per_job.py 10000 100000 [--processes 2] [--reps 3]``.
+
+Everything runs on a throwaway cluster of its own (initdb in a temp dir, default settings but
+``pg_stat_statements``), so the server's CPU is the cluster's alone:
+
+* **the drain**: N no-op jobs (``enqueue_many("test.noop", …)``, then ``VACUUM ANALYZE`` and a
+  checkpoint), drained by ``--processes`` default ``manage.py runjobs --burst``. Worker CPU is
+  each process's rusage (``wait4``), start-up included; server CPU is the postmaster's own and
+  its children's, reaped or alive (``/proc/PID/stat``: utime, stime, cutime, cstime), so the
+  backends that exit with the workers are counted too;
+* **the floor**: bench-peers' ``dblimit``, PostgreSQL doing only a queue's work: pgbench claims
+  100 rows of its two-index table with ``FOR UPDATE SKIP LOCKED`` and marks them done, N / 100
+  times on one client, on the same cluster; its CPU is pgbench's and the server's together;
+* **the split by statement**: ``pg_stat_statements`` over the drain (execution + planning time
+  in the backends, µs a job), to say where the server's share goes.
+
+Each figure is a median of ``--reps`` runs; the ratio is the drain's CPU to the floor's in the
+same run, which is what stays put when the host's speed drifts (bench/README.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+TICKS = os.sysconf("SC_CLK_TCK")
+BATCH = 100
+FLOOR_SCHEMA = """
+DROP TABLE IF EXISTS jobs;
+CREATE TABLE jobs (
+    id bigserial PRIMARY KEY, queue text NOT NULL DEFAULT 'default', type text NOT NULL,
+    payload jsonb NOT NULL DEFAULT '{}'::jsonb, status text NOT NULL DEFAULT 'pending',
+    priority integer NOT NULL DEFAULT 0, available_at timestamptz NOT NULL DEFAULT now(),
+    attempts integer NOT NULL DEFAULT 0, max_attempts integer NOT NULL DEFAULT 3, worker_id text,
+    execution_id uuid, heartbeat_at timestamptz, started_at timestamptz, finished_at timestamptz,
+    last_error text, result jsonb, created_at timestamptz NOT NULL DEFAULT now(),
+    updated_at timestamptz NOT NULL DEFAULT now()
+);
+CREATE INDEX jobs_pending_idx ON jobs (queue, priority DESC, available_at, id) WHERE status = 'pending';
+CREATE INDEX jobs_running_hb_idx ON jobs (heartbeat_at) WHERE status = 'running';
+"""
+# bench-peers/dblimit/claim_template.sql with a batch of 100: a claim, then its completion.
+FLOOR_SCRIPT = f"""
+WITH claimed AS (
+    UPDATE jobs
+       SET status = 'running', attempts = attempts + 1, worker_id = 'bench-:client_id',
+           execution_id = gen_random_uuid(), heartbeat_at = now(), started_at = now(), updated_at = now()
+     WHERE id IN (SELECT id FROM jobs
+                   WHERE status = 'pending' AND queue = 'default' AND available_at <= now()
+                   ORDER BY priority DESC, available_at, id
+                   FOR UPDATE SKIP LOCKED
+                   LIMIT {BATCH})
+ RETURNING id
+)
+SELECT array_agg(id) AS ids FROM claimed \\gset
+UPDATE jobs
+   SET status = 'succeeded', finished_at = now(), updated_at = now(), heartbeat_at = NULL
+ WHERE id = ANY(':ids'::bigint[]) AND status = 'running';
+"""
+STATEMENTS = """
+SELECT calls, total_exec_time + total_plan_time, left(regexp_replace(query, '\\s+', ' ', 'g'), 90)
+FROM pg_stat_statements
+WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())
+ORDER BY 2 DESC LIMIT 8
+"""
+
+
+def cluster_cpu(postmaster: int) -> float:
+    """Seconds of CPU the cluster has spent: the postmaster's, its reaped children's, and its
+    live children's."""
+
+    def fields(pid: int) -> list[str]:
+        # The command may hold spaces: the fields start after its closing parenthesis.
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+
+    own = fields(postmaster)
+    total = sum(int(own[i]) for i in (11, 12, 13, 14))  # utime, stime, cutime, cstime
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = fields(int(entry.name))
+        except (FileNotFoundError, ProcessLookupError):
+            continue
+        if int(stat[1]) == postmaster:  # ppid
+            total += int(stat[11]) + int(stat[12])
+    return total / TICKS
+
+
+def settle() -> None:
+    """Let the backends of clients that just exited end and be reaped: their CPU then shows
+    in the postmaster's ``cutime`` (a backend reaped between the two reads would be missed)."""
+    time.sleep(1.0)
+
+
+def waited_cpu(proc: subprocess.Popen[bytes]) -> float:
+    """Wait for ``proc``; the seconds of CPU it spent."""
+    _, status, usage = os.wait4(proc.pid, 0)
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    if proc.returncode:
+        raise RuntimeError(f"{proc.args} exited with {proc.returncode}")
+    return usage.ru_utime + usage.ru_stime
+
+
+def drain(cluster: Any, n: int, processes: int, env: dict[str, str]) -> dict[str, Any]:
+    import psycopg
+
+    from django_jobs import enqueue_many
+
+    with psycopg.connect(cluster.url, autocommit=True) as conn:
+        conn.execute("TRUNCATE django_jobs_job CASCADE")
+        for start in range(0, n, 1000):
+            enqueue_many("test.noop", [{}] * min(1000, n - start))
+        conn.execute("VACUUM ANALYZE django_jobs_job")
+        conn.execute("CHECKPOINT")
+        conn.execute("SELECT pg_stat_statements_reset()")
+        postmaster = int((cluster.data / "postmaster.pid").read_text().split()[0])
+        server_before = cluster_cpu(postmaster)
+        started = time.perf_counter()
+        command = [sys.executable, "manage.py", "runjobs", "--burst"]
+        quiet = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}
+        workers = [subprocess.Popen(command, cwd=ROOT, env=env, **quiet) for _ in range(processes)]
+        worker_cpu = sum(waited_cpu(worker) for worker in workers)
+        elapsed = time.perf_counter() - started
+        settle()
+        server_cpu = cluster_cpu(postmaster) - server_before
+        left = conn.execute("SELECT count(*) FROM django_jobs_job WHERE status <> 'completed'").fetchone()
+        if left and left[0]:
+            raise RuntimeError(f"{left[0]} jobs were not completed")
+        statements = conn.execute(STATEMENTS).fetchall()
+    return {
+        "worker": worker_cpu / n * 1e6,
+        "server": server_cpu / n * 1e6,
+        "rate": n / elapsed,
+        "statements": [(calls, ms * 1000 / n, query) for calls, ms, query in statements],
+    }
+
+
+def floor(cluster: Any, n: int) -> float:
+    """CPU µs a job of PostgreSQL's own floor: pgbench's and the server's."""
+    import psycopg
+
+    with psycopg.connect(cluster.url, autocommit=True) as conn:
+        conn.execute(FLOOR_SCHEMA)
+        conn.execute(
+            "INSERT INTO jobs (queue, type, payload) SELECT 'default', 'bench.noop', "
+            "jsonb_build_object('i', g) FROM generate_series(1, %s) g",
+            [n],
+        )
+        conn.execute("VACUUM ANALYZE jobs")
+        conn.execute("CHECKPOINT")
+        postmaster = int((cluster.data / "postmaster.pid").read_text().split()[0])
+        with tempfile.NamedTemporaryFile("w", suffix=".sql") as script:
+            script.write(FLOOR_SCRIPT)
+            script.flush()
+            before = cluster_cpu(postmaster)
+            pgbench = subprocess.Popen(
+                [str(cluster.bin / "pgbench"), "-n", "-c", "1", "-t", str(n // BATCH), "-f", script.name,
+                 "-h", "127.0.0.1", "-p", str(cluster.port), "-U", "postgres", "jobs"],
+                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            )  # fmt: skip
+            client = waited_cpu(pgbench)
+            settle()
+            server = cluster_cpu(postmaster) - before
+        done = conn.execute("SELECT count(*) FROM jobs WHERE status = 'succeeded'").fetchone()
+        if not done or done[0] != n // BATCH * BATCH:
+            raise RuntimeError(f"the floor finished {done} jobs of {n}")
+    return (client + server) / n * 1e6
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("sizes", type=int, nargs="*", default=[10_000], help="backlogs to drain")
+    parser.add_argument("--processes", type=int, default=1, help="runjobs processes draining")
+    parser.add_argument("--reps", type=int, default=3)
+    args = parser.parse_args()
+
+    from tests.process.throwaway_pg import ThrowawayCluster
+
+    cluster = ThrowawayCluster(
+        shared_preload_libraries="pg_stat_statements", **{"pg_stat_statements.track_planning": "on"}
+    )
+    cluster.create()
+    try:
+        env = {**os.environ, "DATABASE_URL": cluster.url, "DJANGO_SETTINGS_MODULE": "testproject.settings"}
+        env.pop("DEBUG", None)
+        os.environ.update(env)
+        import django
+        import psycopg
+        from django.core.management import call_command
+
+        django.setup()
+        call_command("migrate", verbosity=0)
+        with psycopg.connect(cluster.url, autocommit=True) as conn:
+            conn.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
+            version = conn.execute("SHOW server_version").fetchone()[0]  # type: ignore[index]
+        print(f"PostgreSQL {version}, a throwaway cluster; {args.processes} runjobs --burst, defaults")
+        for n in args.sizes:
+            runs = []
+            for _ in range(args.reps):
+                run = drain(cluster, n, args.processes, env)
+                run["floor"] = floor(cluster, n)
+                runs.append(run)
+
+            def median(key: str) -> float:
+                return statistics.median(r[key] for r in runs)  # noqa: B023
+
+            worker, server, fl = median("worker"), median("server"), median("floor")
+            print(
+                f"N={n:,}: {median('rate'):,.0f} jobs/s; CPU µs a job: worker {worker:.0f} + server "
+                f"{server:.0f} = {worker + server:.0f}; floor {fl:.0f}; "
+                f"{(worker + server) / fl:.2f}× the floor "
+                f"(worker {worker / fl:.2f}×, server {server / fl:.2f}×)"
+            )
+            last = runs[-1]
+            print("  the server's time by statement in the last drain (calls, exec + plan µs a job):")
+            for calls, per_job, query in last["statements"]:
+                print(f"  {calls:>8,} {per_job:7.1f}  {query}")
+    finally:
+        cluster.destroy()
+
+
+if __name__ == "__main__":
+    main()
