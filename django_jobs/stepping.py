@@ -25,7 +25,6 @@ from django_jobs.conf import jobs_settings
 from django_jobs.decision import Happened, happened_for
 from django_jobs.errors import ErrorCode, PermanentError, RetryableError, class_path
 from django_jobs.jsonvalues import checkpoint_json, progress_json
-from django_jobs.observe import tracing
 from django_jobs.registry import registry
 from django_jobs.results import encode_result
 from django_jobs.runtime import outcomes, payloads
@@ -33,6 +32,7 @@ from django_jobs.runtime.context import JobContext
 from django_jobs.runtime.executor import Finished
 from django_jobs.runtime.lease import Lease
 from django_jobs.runtime.pool import lease_for
+from django_jobs.runtime.started import read_after_claim
 from django_jobs.sanitize import describe
 from django_jobs.states import JobStatus
 from django_jobs.transitions import Claim, ClaimStatement, workflow_triggers
@@ -111,7 +111,7 @@ def claim(
     claims = transitions.claim(statement, 1)
     if not claims:
         return None
-    tracing.attach_contexts(claims)
+    read_after_claim(claims)
     taken = claims[0]
     job_type = registry.get(taken.type)
     assert job_type is not None, "the claim takes only types this process knows"

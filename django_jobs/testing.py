@@ -40,7 +40,8 @@ from django_jobs.reads.queues import QueueRow, queue_rows
 from django_jobs.recording import EnqueuedJob, EnqueuedJobs, assert_enqueued, enqueued_jobs
 from django_jobs.runtime import outcomes
 from django_jobs.runtime.executor import run
-from django_jobs.runtime.worker import Worker, WorkerStats, send_job_started
+from django_jobs.runtime.started import send_job_started
+from django_jobs.runtime.worker import Worker, WorkerStats
 from django_jobs.statement_capture import CapturedStatements, Statement, capture_statements
 from django_jobs.states import ACTIVE_STATUSES, JobStatus
 from django_jobs.stepping import (

@@ -25,7 +25,6 @@ from django_jobs import logs, transitions
 from django_jobs.conf import jobs_settings
 from django_jobs.decision import Happened
 from django_jobs.job_types import JobType
-from django_jobs.observe import tracing
 from django_jobs.observe.liveness import Liveness
 from django_jobs.runtime.executor import Finished
 from django_jobs.runtime.holdback import HoldBack
@@ -33,6 +32,7 @@ from django_jobs.runtime.lease import Lease
 from django_jobs.runtime.outage import Outage
 from django_jobs.runtime.pool import ExecutorPool, Held, lease_for
 from django_jobs.runtime.restore_watch import RestoreWatch
+from django_jobs.runtime.started import read_after_claim
 from django_jobs.runtime.stats import WorkerStats
 from django_jobs.runtime.writer import OutcomeWriter
 from django_jobs.transitions import Claim, claim_statement
@@ -168,7 +168,7 @@ class Producer:
         if self._stats.first_claim_at is None:
             self._stats.first_claim_at = time.monotonic()
         self._stats.claimed += len(claims)
-        tracing.attach_contexts(claims)
+        read_after_claim(claims)
         if self._queue_slots is not None:
             with self._lock:
                 self._held_by_queue.update(c.queue for c in claims)

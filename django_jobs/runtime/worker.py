@@ -52,7 +52,6 @@ from django_jobs.decision import Happened
 from django_jobs.errors import DATABASE_UNAVAILABLE, ErrorCode
 from django_jobs.maintenance.periodic import SchedulerLoop
 from django_jobs.maintenance.reaper import ReaperLoop
-from django_jobs.models import Job
 from django_jobs.observe.liveness import Liveness
 from django_jobs.observe.metrics import Recorder, guarded, otel_recorder
 from django_jobs.observe.metrics import recorder as metrics_recorder  # `metrics` is Worker's flag
@@ -68,6 +67,7 @@ from django_jobs.runtime.pool import ExecutorPool, Held, lease_for
 from django_jobs.runtime.presence import Presence, make_worker_id
 from django_jobs.runtime.producer import Producer
 from django_jobs.runtime.restore_watch import RestoreWatch
+from django_jobs.runtime.started import send_job_started
 from django_jobs.runtime.stats import SUMMARY_INTERVAL, Summaries, WorkerStats
 from django_jobs.runtime.wakeup import Wakeup
 from django_jobs.runtime.writer import OutcomeWriter
@@ -570,24 +570,3 @@ class Worker:
 
         signal.signal(signal.SIGTERM, handle)
         signal.signal(signal.SIGINT, handle)
-
-
-def send_job_started(claim: Claim, worker_id: str | None) -> None:
-    """Send ``job_started`` for ``claim``'s execution, with the times a receiver measures the
-    pickup latency from, read from its row: ``created_at`` (the enqueue) and ``available_at``
-    (when it was due), both None if the row could not be read."""
-    try:
-        times = (
-            Job.objects.using(jobs_settings.DATABASE)
-            .filter(id=claim.id)
-            .values_list("created_at", "available_at")
-            .first()
-        )
-    except DatabaseError:  # the handler will meet the outage; the signal still goes out
-        times = None
-    created_at, available_at = times or (None, None)
-    signals.send(
-        signals.job_started, Job, job_id=claim.id, type=claim.type, queue=claim.queue,
-        attempt=claim.attempt, execution_id=claim.execution_id, worker_id=worker_id,
-        created_at=created_at, available_at=available_at,
-    )  # fmt: skip

@@ -15,6 +15,7 @@ one file. The rule of when to claim from places lives in ``positions``.
 
 from __future__ import annotations
 
+import datetime as dt
 import time
 import uuid
 from collections import Counter
@@ -61,6 +62,9 @@ class Claim:
     #: The trace context stored with the job (JSON text), read after the claim by a worker
     #: that traces (``observe.tracing.attach_contexts``); None otherwise.
     trace_context: str | None = None
+    #: The job's (created_at, available_at), read after the claim while ``job_started`` has a
+    #: receiver (``runtime.started.read_after_claim``); None otherwise.
+    start_times: tuple[dt.datetime, dt.datetime] | None = None
 
 
 _CLAIM_COLUMNS = (
