@@ -29,7 +29,7 @@ from django_jobs.registry import registry
 from django_jobs.results import encode_result
 from django_jobs.runtime import outcomes, payloads
 from django_jobs.runtime.context import JobContext
-from django_jobs.runtime.executor import Finished
+from django_jobs.runtime.executor import Finished, context_for
 from django_jobs.runtime.lease import Lease
 from django_jobs.runtime.pool import lease_for
 from django_jobs.runtime.started import read_after_claim
@@ -172,19 +172,7 @@ def context(claimed: Claimed) -> JobContext:
     lease = claimed._lease
     if lease.started is None:
         lease.start()
-    job_type = registry.get(claimed.type)
-    return JobContext(
-        job_id=claimed.job_id,
-        type=claimed.type,
-        queue=claimed.queue,
-        attempt=claimed.attempt,
-        max_attempts=claimed.max_attempts,
-        execution_id=claimed.execution_id,
-        unique_key=claimed._claim.unique_key,
-        checkpoint=claimed.checkpoint,
-        lease=lease,
-        external_calls=job_type.external_calls if job_type is not None else (),
-    )
+    return context_for(claimed._claim, lease, registry.get(claimed.type))
 
 
 def complete(claimed: Claimed, result: Any = None) -> JobStatus | None:

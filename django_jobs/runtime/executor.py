@@ -136,12 +136,11 @@ def run(
     return dataclasses.replace(finished, marked_call=True) if lease.marked_call else finished
 
 
-def _run(claim: Claim, lease: Lease, side_writer: SideWriter | None, started: float) -> Finished:
-    job_type = registry.get(claim.type)
-    if job_type is None:  # the claim filters on known types; a test may unregister one
-        raise PermanentError(f"no handler for job type {claim.type!r}", code=ErrorCode.PAYLOAD_INVALID)
-    payload = payloads.decode_payload(claim, job_type)
-    ctx = JobContext(
+def context_for(
+    claim: Claim, lease: Lease, job_type: JobType | None, side_writer: SideWriter | None = None
+) -> JobContext:
+    """The ``JobContext`` a handler of ``claim``'s execution is called with."""
+    return JobContext(
         job_id=claim.id,
         type=claim.type,
         queue=claim.queue,
@@ -152,8 +151,16 @@ def _run(claim: Claim, lease: Lease, side_writer: SideWriter | None, started: fl
         checkpoint=payloads.decode_json(claim.checkpoint),
         lease=lease,
         side_writer=side_writer,
-        external_calls=job_type.external_calls,
+        external_calls=job_type.external_calls if job_type is not None else (),
     )
+
+
+def _run(claim: Claim, lease: Lease, side_writer: SideWriter | None, started: float) -> Finished:
+    job_type = registry.get(claim.type)
+    if job_type is None:  # the claim filters on known types; a test may unregister one
+        raise PermanentError(f"no handler for job type {claim.type!r}", code=ErrorCode.PAYLOAD_INVALID)
+    payload = payloads.decode_payload(claim, job_type)
+    ctx = context_for(claim, lease, job_type, side_writer)
     reconciled = _reconcile(claim, job_type, ctx, payload, started, lease.worker_id)
     if reconciled is not None:
         return reconciled
