@@ -142,7 +142,11 @@ def test_a_job_before_the_place_is_taken_by_the_next_sweep(held_horizon: object)
 class HorizonWatch(threading.Thread):
     """Every other session of this database that held a snapshot while it watched (every 5 ms):
     an autovacuum's ANALYZE holds one for as long as it samples, throttled by its cost delay,
-    and whatever holds one holds the horizon back as the ``held_horizon`` fixture does."""
+    and whatever holds one holds the horizon back as the ``held_horizon`` fixture does.
+
+    It watches from the ``postgres`` database: a snapshot of its own query, taken in this one,
+    would hold the horizon back for the length of that query and be the disturbance it looks
+    for (the horizon of a table counts only the sessions of its own database)."""
 
     def __init__(self, own_pid: int) -> None:
         super().__init__(daemon=True)
@@ -151,25 +155,28 @@ class HorizonWatch(threading.Thread):
         self.holders: set[tuple[object, ...]] = set()
 
     def run(self) -> None:
-        with psycopg.connect(**_where(), autocommit=True) as conn:
+        where = _where()
+        watched = where["dbname"]
+        with psycopg.connect(**{**where, "dbname": "postgres"}, autocommit=True) as conn:
             while not self.halt.wait(0.005):
                 self.holders.update(conn.execute(
                     "SELECT pid, backend_type, left(query, 80) FROM pg_stat_activity"
-                    " WHERE datname = current_database() AND pid NOT IN (pg_backend_pid(), %s)"
-                    "   AND backend_xmin IS NOT NULL",
-                    [self.own_pid],
+                    " WHERE datname = %s AND pid <> %s AND backend_xmin IS NOT NULL",
+                    [watched, self.own_pid],
                 ).fetchall())  # fmt: skip
 
 
 def test_without_a_held_horizon_every_claim_reads_every_kind_from_its_head() -> None:
     """The claims' walk is PostgreSQL's to count: it is only as short as the horizon is free.
     A drain during which another session of the database held a snapshot (an autovacuum's
-    ANALYZE, which nothing here can forbid) proves nothing either way: it is drained again,
-    up to three times, and the holders are named if none ran free."""
+    ANALYZE, which nothing here can forbid) proves nothing either way, nor does one whose claim
+    stepped over more than the previous claim left (a snapshot too brief for a 5 ms watch to
+    see): it is drained again, up to three times, and what each drain met is named if none
+    ran free. A claim that marks no entry dead fails all three."""
     with connection.cursor() as cursor:
         cursor.execute("SELECT pg_backend_pid()")
         (own_pid,) = cursor.fetchone()
-    disturbed: list[set[tuple[object, ...]]] = []
+    disturbed: list[object] = []
     for _ in range(3):
         Job.objects.all().delete()
         backlog()
@@ -188,10 +195,12 @@ def test_without_a_held_horizon_every_claim_reads_every_kind_from_its_head() -> 
         assert len(set(ids)) == BACKLOG
         # Each claim steps over at most the entries of the previous one: the first scan that
         # meets an entry of a row nobody can see any more marks it dead, and later scans skip it.
-        assert all(swept and walked <= BATCH for swept, walked in seen), seen
+        if not all(swept and walked <= BATCH for swept, walked in seen):
+            disturbed.append(seen)
+            continue
         assert not statement.positions.remembering
         return
-    pytest.fail(f"every drain ran while another session held the horizon: {disturbed}")
+    pytest.fail(f"no drain ran free: {disturbed}")
 
 
 def test_a_worker_under_a_held_horizon_still_runs_a_job_before_its_place(

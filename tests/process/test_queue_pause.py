@@ -12,11 +12,19 @@ import pytest
 from django_jobs import enqueue, pause_queue, resume_queue
 from django_jobs.models import Job, QueueEvent
 from django_jobs.states import JobStatus
+from testproject.testjobs.models import BusinessRow
 from tests.process.workers import WorkerProcess, listening_workers, wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-DEFAULT_POLL = {"DJANGO_JOBS_POLL_INTERVAL": "1.0"}
+#: Polls once a second, and a lease far longer than a job here: this is about pauses, and a
+#: heartbeat a loaded machine delays past a sub-second lease would send a running job back to
+#: its (paused) queue, where it rightly waits.
+DEFAULT_POLL = {
+    "DJANGO_JOBS_POLL_INTERVAL": "1.0",
+    "DJANGO_JOBS_LEASE_TIMEOUT": "30.0",
+    "DJANGO_JOBS_HEARTBEAT_INTERVAL": "1.0",
+}
 
 
 @pytest.fixture
@@ -37,8 +45,11 @@ def _statuses(jobs: list[Job]) -> set[str]:
 def test_pause_and_resume_reach_both_workers_and_running_jobs_finish(
     two_workers: list[WorkerProcess],
 ) -> None:
-    running = [enqueue("test.sleep", {"seconds": 1.0}) for _ in range(2)]
-    wait_for(lambda: _statuses(running) == {JobStatus.RUNNING}, what="the long jobs to start")
+    running = [enqueue("test.long", {"seconds": 1.0}) for _ in range(2)]
+    # Their handlers began: a claimed job may still wait in a worker's buffer for a moment, and a
+    # pause gives such a job back (test_a_pause_stops_both_workers_within_a_second).
+    started = BusinessRow.objects.filter(job_id__in=[j.id for j in running], key__startswith="started:")
+    wait_for(lambda: started.count() == 2, what="the long jobs to start")
 
     pause_queue("default", actor="ops", reason="provider outage")
     waiting = [enqueue("test.noop", {}) for _ in range(8)]  # a paused queue still accepts jobs
