@@ -6,6 +6,7 @@ settles the jobs it kept, is ``django_jobs.transitions.restore_release``.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -62,6 +63,25 @@ SELECT setval(s.seq, GREATEST(coalesce(pg_sequence_last_value(s.seq), 0),
 FROM (SELECT pg_get_serial_sequence('django_jobs_job', 'id')::regclass AS seq) AS s
 """
 _ANY_OPEN = "SELECT EXISTS (SELECT 1 FROM django_jobs_restorehold WHERE released_at IS NULL)"
+# The look of a worker that finds the database as recorded, in one statement (one of a heartbeat
+# turn's three): the server's identity is the recorded one in every part, and the record is not
+# behind the generation this worker saw, so there is nothing to judge; the record goes one
+# generation on. Anything else (no record yet, any part changed, behind) is the whole look's to
+# judge (``_look``); a record another look holds this instant is skipped (SKIP LOCKED: no lock is
+# waited for here, and the caller tries again within LOOK_LOCK_WAIT).
+_LOOK_UNCHANGED = f"""
+WITH live AS ({_LIVE.strip()}),
+rec AS (SELECT * FROM django_jobs_databaseidentity WHERE id = 1 FOR UPDATE SKIP LOCKED),
+bumped AS (UPDATE django_jobs_databaseidentity d SET generation = rec.generation + 1, looked_at = now()
+           FROM rec, live l(system, oid, timeline)
+           WHERE d.id = 1 AND rec.system_identifier = l.system AND rec.database_oid = l.oid
+             AND rec.timeline = l.timeline AND rec.generation >= %(witnessed)s
+           RETURNING d.generation)
+SELECT live.*, (SELECT generation FROM bumped),
+       NOT EXISTS (SELECT FROM rec) AND EXISTS (SELECT FROM django_jobs_databaseidentity WHERE id = 1),
+       EXISTS (SELECT FROM django_jobs_restorehold WHERE released_at IS NULL)
+FROM live
+"""
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,8 +111,9 @@ def _read_live(cursor: Any) -> Identity:
 def look(witness: Seen | None, worker_id: str) -> Look | None:
     """Compare the database's recorded identity with the server's and with ``witness`` (what
     this worker saw at its last look), record what it is now one generation on, and open a hold
-    on a restore's sign: all in one transaction, the record locked, so that workers looking at
-    once judge one after the other.
+    on a restore's sign, the record locked, so that workers looking at once judge one after the
+    other. A database found as recorded takes one statement (``_LOOK_UNCHANGED``); anything to
+    judge takes a transaction (``_look``).
 
     None when the record stayed locked for ``LOOK_LOCK_WAIT``: another worker froze inside its
     own look (a SIGSTOP, a paused VM) and holds it. This look is skipped, and the next one tries
@@ -100,12 +121,36 @@ def look(witness: Seen | None, worker_id: str) -> Look | None:
     leases would go unrenewed until that one was continued or PostgreSQL ended its session.
     """
     alias = jobs_settings.DATABASE
+    give_up = time.monotonic() + LOOK_LOCK_WAIT
+    while (found := _look_unchanged(alias, witness)) is _HELD and time.monotonic() < give_up:
+        time.sleep(0.01)
+    if isinstance(found, Look):
+        return found
+    if found is _HELD:
+        return None
     try:
         return _look(alias, witness, worker_id)
     except OperationalError as exc:
         if getattr(exc.__cause__, "sqlstate", None) != LOCK_NOT_AVAILABLE:
             raise
         return None
+
+
+#: What ``_look_unchanged`` returns when the record may be held by another look this instant.
+_HELD = object()
+
+
+def _look_unchanged(alias: str, witness: Seen | None) -> Look | object | None:
+    """The look in one statement, when everything is as recorded; None when there is something
+    to judge (the whole look's work), ``_HELD`` when the record may be another look's now."""
+    with connections[alias].cursor() as cursor:
+        cursor.execute(_LOOK_UNCHANGED, {"witnessed": 0 if witness is None else witness.generation})
+        system, oid, timeline, generation, maybe_held, held = cursor.fetchone()
+    if generation is not None:
+        live = Identity(system_identifier=int(system), database_oid=int(oid), timeline=int(timeline))
+        return Look(seen=Seen(live, int(generation)), sign=None, opened=None, held=bool(held))
+    # A record that exists but was not returned is another look's this instant: ask again.
+    return _HELD if maybe_held else None
 
 
 def _look(alias: str, witness: Seen | None, worker_id: str) -> Look:
