@@ -50,6 +50,17 @@ CREATE TABLE jobs (
 CREATE INDEX jobs_pending_idx ON jobs (queue, priority DESC, available_at, id) WHERE status = 'pending';
 CREATE INDEX jobs_running_hb_idx ON jobs (heartbeat_at) WHERE status = 'running';
 """
+# The same table carrying the indexes django_jobs keeps on its own for the console, retention and
+# the reaper, each on the floor's columns: every transition of a job is an UPDATE that changes
+# an indexed column (its status), so none is HOT, and each adds an entry to every index whose
+# predicate the new version meets (bench/README.md, "where the rest of the server's time goes").
+FLOOR_PRODUCT_INDEXES = """
+CREATE INDEX jobs_status_idx ON jobs (status, id DESC);
+CREATE INDEX jobs_type_idx ON jobs (type, id DESC);
+CREATE INDEX jobs_queue_idx ON jobs (queue, id DESC);
+CREATE INDEX jobs_finished_idx ON jobs (status, finished_at) INCLUDE (type, started_at)
+    WHERE finished_at IS NOT NULL;
+"""
 # bench-peers/dblimit/claim_template.sql with a batch of 100: a claim, then its completion.
 FLOOR_SCRIPT = f"""
 WITH claimed AS (
@@ -67,6 +78,11 @@ SELECT array_agg(id) AS ids FROM claimed \\gset
 UPDATE jobs
    SET status = 'succeeded', finished_at = now(), updated_at = now(), heartbeat_at = NULL
  WHERE id = ANY(':ids'::bigint[]) AND status = 'running';
+"""
+# bench-peers/dblimit/enqueue.sql: one job per transaction, as an app enqueues from a request.
+FLOOR_ENQUEUE = """
+INSERT INTO jobs (queue, type, payload, priority)
+VALUES ('default', 'bench.noop', '{"args": [], "kwargs": {"client": :client_id}}', 0);
 """
 STATEMENTS = """
 SELECT calls, total_exec_time + total_plan_time, left(regexp_replace(query, '\\s+', ' ', 'g'), 90)
@@ -147,12 +163,13 @@ def drain(cluster: Any, n: int, processes: int, env: dict[str, str]) -> dict[str
     }
 
 
-def floor(cluster: Any, n: int) -> float:
-    """CPU µs a job of PostgreSQL's own floor: pgbench's and the server's."""
+def floor(cluster: Any, n: int, indexes: str = "") -> float:
+    """CPU µs a job of PostgreSQL's own floor: pgbench's and the server's; with ``indexes``, on
+    a table that carries them as well."""
     import psycopg
 
     with psycopg.connect(cluster.url, autocommit=True) as conn:
-        conn.execute(FLOOR_SCHEMA)
+        conn.execute(FLOOR_SCHEMA + indexes)
         conn.execute(
             "INSERT INTO jobs (queue, type, payload) SELECT 'default', 'bench.noop', "
             "jsonb_build_object('i', g) FROM generate_series(1, %s) g",
@@ -179,6 +196,54 @@ def floor(cluster: Any, n: int) -> float:
     return (client + server) / n * 1e6
 
 
+def enqueue_one_by_one(cluster: Any, n: int) -> dict[str, float]:
+    """``n`` calls of ``enqueue("test.noop", {})``, each its own transaction (autocommit), beside
+    pgbench's one-row INSERT of the same kind on the floor's table: jobs/s, and CPU µs a job
+    (the client's and the server's)."""
+    import resource
+
+    import psycopg
+
+    from django_jobs import enqueue
+
+    postmaster = int((cluster.data / "postmaster.pid").read_text().split()[0])
+    with psycopg.connect(cluster.url, autocommit=True) as conn:
+        conn.execute("TRUNCATE django_jobs_job CASCADE")
+        for _ in range(200):  # warm: the connection, the prepared statement, the imports
+            enqueue("test.noop", {})
+        conn.execute("CHECKPOINT")
+        usage = resource.getrusage(resource.RUSAGE_SELF)
+        client_before, server_before = usage.ru_utime + usage.ru_stime, cluster_cpu(postmaster)
+        started = time.perf_counter()
+        for _ in range(n):
+            enqueue("test.noop", {})
+        elapsed = time.perf_counter() - started
+        usage = resource.getrusage(resource.RUSAGE_SELF)
+        ours_cpu = usage.ru_utime + usage.ru_stime - client_before + cluster_cpu(postmaster) - server_before
+        conn.execute(FLOOR_SCHEMA)
+        conn.execute("CHECKPOINT")
+        with tempfile.NamedTemporaryFile("w", suffix=".sql") as script:
+            script.write(FLOOR_ENQUEUE)
+            script.flush()
+            before = cluster_cpu(postmaster)
+            started = time.perf_counter()
+            pgbench = subprocess.Popen(
+                [str(cluster.bin / "pgbench"), "-n", "-c", "1", "-t", str(n), "-f", script.name,
+                 "-h", "127.0.0.1", "-p", str(cluster.port), "-U", "postgres", "jobs"],
+                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            )  # fmt: skip
+            client = waited_cpu(pgbench)
+            floor_elapsed = time.perf_counter() - started
+            settle()
+            floor_cpu = client + cluster_cpu(postmaster) - before
+    return {
+        "rate": n / elapsed,
+        "cpu": ours_cpu / n * 1e6,
+        "floor_rate": n / floor_elapsed,
+        "floor_cpu": floor_cpu / n * 1e6,
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -186,6 +251,9 @@ def main() -> None:
     parser.add_argument("sizes", type=int, nargs="*", default=[10_000], help="backlogs to drain")
     parser.add_argument("--processes", type=int, default=1, help="runjobs processes draining")
     parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument(
+        "--enqueue", type=int, default=0, metavar="N", help="also N enqueue() calls beside pgbench's INSERT"
+    )
     args = parser.parse_args()
 
     from tests.process.throwaway_pg import ThrowawayCluster
@@ -213,22 +281,40 @@ def main() -> None:
             for _ in range(args.reps):
                 run = drain(cluster, n, args.processes, env)
                 run["floor"] = floor(cluster, n)
+                run["indexed"] = floor(cluster, n, FLOOR_PRODUCT_INDEXES)
                 runs.append(run)
 
             def median(key: str) -> float:
                 return statistics.median(r[key] for r in runs)  # noqa: B023
 
-            worker, server, fl = median("worker"), median("server"), median("floor")
+            worker, server = median("worker"), median("server")
+            fl, indexed = median("floor"), median("indexed")
             print(
                 f"N={n:,}: {median('rate'):,.0f} jobs/s; CPU µs a job: worker {worker:.0f} + server "
                 f"{server:.0f} = {worker + server:.0f}; floor {fl:.0f}; "
                 f"{(worker + server) / fl:.2f}× the floor "
                 f"(worker {worker / fl:.2f}×, server {server / fl:.2f}×)"
             )
+            print(
+                f"  the floor on a table with django_jobs's own indexes: {indexed:.0f} µs a job; "
+                f"{(worker + server) / indexed:.2f}× that floor (server {server / indexed:.2f}×)"
+            )
             last = runs[-1]
             print("  the server's time by statement in the last drain (calls, exec + plan µs a job):")
             for calls, per_job, query in last["statements"]:
                 print(f"  {calls:>8,} {per_job:7.1f}  {query}")
+        if args.enqueue:
+            rows = [enqueue_one_by_one(cluster, args.enqueue) for _ in range(args.reps)]
+
+            def middle(key: str) -> float:
+                return statistics.median(r[key] for r in rows)
+
+            rate, cpu, floor_rate = middle("rate"), middle("cpu"), middle("floor_rate")
+            print(
+                f"enqueue() one by one, N={args.enqueue:,}: {rate:,.0f} jobs/s, {cpu:.0f} µs CPU a job; "
+                f"pgbench's INSERT: {floor_rate:,.0f} jobs/s, {middle('floor_cpu'):.0f} µs; "
+                f"{rate / floor_rate:.2f}× its rate"
+            )
     finally:
         cluster.destroy()
 
