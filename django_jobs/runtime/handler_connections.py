@@ -22,8 +22,9 @@ from django.db import DatabaseError, connections
 
 from django_jobs.conf import jobs_settings
 
-#: Per executor thread: whether its connection to the jobs database was left open and sound
-#: by the last job (``reset_connections`` says), so the next job need not look again.
+#: Per executor thread: the connection to the jobs database (psycopg's) that the last job left
+#: open and sound (``reset_connections`` says; None if it did not), so the next job need not
+#: look again, nor ask Django's connection handler for it.
 _thread = threading.local()
 
 
@@ -33,7 +34,11 @@ def jobs_connection_open() -> bool:
     No query: a connection the last job left sound is trusted (a broken one fails the handler's
     first query, which the outage check then recognises), so a no-op job costs no round trip.
     """
-    open_ = getattr(_thread, "jobs_connection_ok", False) or _jobs_database_reachable()
+    kept = getattr(_thread, "kept", None)
+    if kept is not None:
+        _thread.handler_started_on = kept
+        return True
+    open_ = _jobs_database_reachable()
     _thread.handler_started_on = connections[jobs_settings.DATABASE].connection if open_ else None
     return open_
 
@@ -78,12 +83,12 @@ def reset_connections() -> None:
     that broke, was left in a transaction, or outlived a positive ``CONN_MAX_AGE``.
     """
     _thread.handler_started_on = None  # not kept alive past its job
-    jobs_connection_ok = False
-    jobs_alias = jobs_settings.DATABASE  # read once: a setting is looked up at every access
+    kept = None
+    jobs_alias = jobs_settings.DATABASE
     for connection in connections.all(initialized_only=True):
-        if connection.connection is not None and _keep(connection):
-            jobs_connection_ok = jobs_connection_ok or connection.alias == jobs_alias
-    _thread.jobs_connection_ok = jobs_connection_ok
+        if connection.connection is not None and _keep(connection) and connection.alias == jobs_alias:
+            kept = connection.connection
+    _thread.kept = kept
 
 
 def _keep(connection: Any) -> bool:

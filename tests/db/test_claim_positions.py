@@ -140,9 +140,11 @@ def test_a_job_before_the_place_is_taken_by_the_next_sweep(held_horizon: object)
 
 
 class HorizonWatch(threading.Thread):
-    """Every other session of this database that held a snapshot while it watched (every 5 ms):
-    an autovacuum's ANALYZE holds one for as long as it samples, throttled by its cost delay,
-    and whatever holds one holds the horizon back as the ``held_horizon`` fixture does.
+    """Whatever held the horizon back while it watched (every 5 ms), as the ``held_horizon``
+    fixture does: a session of this database holding a snapshot (an autovacuum's ANALYZE holds
+    one for as long as it samples, throttled by its cost delay); a writing transaction of any
+    database, since every snapshot taken while it runs, this database's claims' own included,
+    keeps what it could still see; a prepared transaction or a replication slot.
 
     It watches from the ``postgres`` database: a snapshot of its own query, taken in this one,
     would hold the horizon back for the length of that query and be the disturbance it looks
@@ -160,9 +162,13 @@ class HorizonWatch(threading.Thread):
         with psycopg.connect(**{**where, "dbname": "postgres"}, autocommit=True) as conn:
             while not self.halt.wait(0.005):
                 self.holders.update(conn.execute(
-                    "SELECT pid, backend_type, left(query, 80) FROM pg_stat_activity"
-                    " WHERE datname = %s AND pid <> %s AND backend_xmin IS NOT NULL",
-                    [watched, self.own_pid],
+                    "SELECT pid, datname, backend_type, left(query, 80) FROM pg_stat_activity"
+                    " WHERE pid <> %s AND pid <> pg_backend_pid()"
+                    "   AND (datname = %s AND backend_xmin IS NOT NULL OR backend_xid IS NOT NULL)"
+                    " UNION ALL SELECT NULL, database, 'prepared transaction', gid FROM pg_prepared_xacts"
+                    " UNION ALL SELECT NULL, database, 'replication slot', slot_name::text"
+                    "   FROM pg_replication_slots WHERE xmin IS NOT NULL",
+                    [self.own_pid, watched],
                 ).fetchall())  # fmt: skip
 
 
