@@ -91,8 +91,9 @@ class ReapResult:
             "recovered": [job.as_dict() for job in self.jobs],
             "recovered_by_status": dict(sorted(self.recovered.items())),
             "pruned": dict(sorted(self.pruned.items())),
-            "expired": len(self.expired),
         }
+        if self.expired:  # jobs past their start-by deadline ended (absent when none)
+            report["expired"] = len(self.expired)
         if self.failed_steps:
             report["failed_steps"] = list(self.failed_steps)
         return report
