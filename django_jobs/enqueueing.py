@@ -53,6 +53,11 @@ class Capture(Protocol):
 capture: Capture | None = None
 
 
+#: The controls of enqueue(), in its order; a call that gives none compares one tuple.
+_CONTROLS = ("unique_for", "start_by", "expires_in", "debounce", "debounce_key", "debounce_keep")
+_NOTHING_GIVEN = (None,) * len(_CONTROLS)
+
+
 def enqueue(
     type_or_handler: TypeRef,
     payload: dict[str, Any],
@@ -101,6 +106,7 @@ def enqueue(
     Raises ``UnknownJobType``, ``InvalidPayload``, ``PayloadTooLarge`` or ``InvalidOption``
     (all subclasses of ``EnqueueError``, itself a ``ValueError``) before writing anything.
     """
+    given = (unique_for, start_by, expires_in, debounce, debounce_key, debounce_keep)
     return _enqueue(
         type_or_handler,
         [payload],
@@ -111,14 +117,7 @@ def enqueue(
         max_attempts=max_attempts,
         unique_key=unique_key,
         concurrency_key=concurrency_key,
-        controls=asked(
-            unique_for=unique_for,
-            start_by=start_by,
-            expires_in=expires_in,
-            debounce=debounce,
-            debounce_key=debounce_key,
-            debounce_keep=debounce_keep,
-        ),
+        controls=None if given == _NOTHING_GIVEN else asked(**dict(zip(_CONTROLS, given, strict=True))),
     )[0]
 
 
@@ -208,7 +207,7 @@ def _insert(options: Options, items: list[Item]) -> list[Job]:
     # the call is all or nothing even in autocommit mode; so do the lock of a key and the
     # statements it guards (in the caller's transaction, the lock is held until it ends).
     atomic = (
-        transaction.atomic(using=alias, savepoint=False)
+        transaction.atomic(using=alias)
         if locks or len(items) > enqueue_sql.ROWS_PER_INSERT
         else nullcontext()
     )
