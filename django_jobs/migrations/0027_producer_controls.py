@@ -8,8 +8,9 @@ debounced enqueue updates its job). Neither index holds a row of a job that uses
 ``django_jobs_unique_key``, which every keyed job is in already.
 
 The indexes are built ``CONCURRENTLY``: enqueues, claims and outcomes go on while they are
-built. A build that failed half-way leaves an invalid index behind, which the first step drops
-before building again.
+built. Every step can run again after a failure or a killed ``migrate``: the columns are added
+``IF NOT EXISTS``, and a build that failed half-way leaves an invalid index behind, which the
+step before it drops.
 """
 
 from django.db import migrations, models
@@ -24,6 +25,13 @@ DEBOUNCE = (
 )
 DROP_START_BY = "DROP INDEX CONCURRENTLY IF EXISTS django_jobs_start_by"
 DROP_DEBOUNCE = "DROP INDEX CONCURRENTLY IF EXISTS django_jobs_debounce_key"
+COLUMNS = (
+    "ALTER TABLE django_jobs_job ADD COLUMN IF NOT EXISTS debounce_key varchar(200) NULL,"
+    " ADD COLUMN IF NOT EXISTS start_by timestamp with time zone NULL"
+)
+DROP_COLUMNS = (
+    "ALTER TABLE django_jobs_job DROP COLUMN IF EXISTS debounce_key, DROP COLUMN IF EXISTS start_by"
+)
 
 
 class Migration(migrations.Migration):
@@ -34,15 +42,21 @@ class Migration(migrations.Migration):
     ]
 
     operations = [
-        migrations.AddField(
-            model_name='job',
-            name='debounce_key',
-            field=models.CharField(blank=True, max_length=200, null=True),
-        ),
-        migrations.AddField(
-            model_name='job',
-            name='start_by',
-            field=models.DateTimeField(blank=True, help_text='Never started after this.', null=True),
+        migrations.RunSQL(
+            COLUMNS,
+            DROP_COLUMNS,
+            state_operations=[
+                migrations.AddField(
+                    model_name='job',
+                    name='debounce_key',
+                    field=models.CharField(blank=True, max_length=200, null=True),
+                ),
+                migrations.AddField(
+                    model_name='job',
+                    name='start_by',
+                    field=models.DateTimeField(blank=True, help_text='Never started after this.', null=True),
+                ),
+            ],
         ),
         migrations.AlterField(
             model_name='jobevent',
