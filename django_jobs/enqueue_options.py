@@ -53,9 +53,35 @@ class Options:
     on_lost_in_call: str | None
     #: The enqueue span's context as JSON text, when the call is traced (``observe.tracing``).
     trace_context: str | None = None
+    # The producer's controls (``enqueue_controls``), None when the call uses none.
+    #: Seconds a unique key stays taken after its job was created or ended.
+    unique_for: float | None = None
+    #: The start-by deadline: a datetime, or seconds from the database's now().
+    start_by: dt.datetime | None = None
+    expires_in: float | None = None
+    #: The debounce window (seconds), its key, and whether a later enqueue's payload replaces
+    #: the pending job's.
+    debounce: float | None = None
+    debounce_key: str | None = None
+    debounce_replace: bool = True
+
+    @property
+    def controlled(self) -> bool:
+        """Whether the jobs are written with a deadline or a debounce key (the INSERT's variant)."""
+        return self.start_by is not None or self.expires_in is not None or self.debounce_key is not None
 
     def statement_params(self) -> dict[str, Any]:
         """The INSERT's parameters every job of the call shares (``transitions.enqueue``)."""
+        if self.controlled:
+            return {
+                **self._plain_params(),
+                "start_by": self.start_by,
+                "expires_in": self.expires_in,
+                "debounce_key": self.debounce_key,
+            }
+        return self._plain_params()
+
+    def _plain_params(self) -> dict[str, Any]:
         return {
             "queue": self.queue,
             "type": self.type,

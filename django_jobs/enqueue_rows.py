@@ -67,6 +67,8 @@ def job_maker(alias: str, options: Options) -> Callable[[Item, Returned], Job]:
     """
     shared = dict(_LEFT_TO_DEFAULTS)  # in the order of _ATTNAMES
     shared.update(_shared_fields(options))
+    if options.debounce_key is not None:
+        shared["debounce_key"] = options.debounce_key
     limit = options.concurrency_limit
     with_init = pre_init.has_listeners(Job) or post_init.has_listeners(Job)
     # Django's own loader gives naive datetimes in the connection's time zone without USE_TZ.
@@ -97,7 +99,21 @@ def job_maker(alias: str, options: Options) -> Callable[[Item, Returned], Job]:
         job._state.db = alias
         return job
 
+    if options.controlled:
+        return _with_deadline(make, naive)
     return make
+
+
+def _with_deadline(make: Callable[[Item, Returned], Job], naive: bool) -> Callable[[Item, Returned], Job]:
+    """``make`` for the rows of a controlled INSERT, which return the start-by deadline fifth."""
+
+    def make_controlled(item: Item, returned: Returned) -> Job:
+        job = make(item, returned[:4])
+        start_by = returned[4]
+        job.start_by = start_by.replace(tzinfo=None) if naive and start_by is not None else start_by
+        return job
+
+    return make_controlled
 
 
 def job_from_row(alias: str, row: Sequence[Any]) -> Job:
@@ -114,7 +130,11 @@ def job_from_row(alias: str, row: Sequence[Any]) -> Job:
 def unsaved_jobs(options: Options, items: list[Item]) -> list[Job]:
     """The jobs of a call as model instances that were never written (no id, no dates but
     ``run_at``, as ``available_at``)."""
-    when = {"available_at": options.run_at} if options.run_at is not None else {}
+    when: dict[str, Any] = {"available_at": options.run_at} if options.run_at is not None else {}
+    if options.start_by is not None:
+        when["start_by"] = options.start_by
+    if options.debounce_key is not None:
+        when["debounce_key"] = options.debounce_key
     shared = _shared_fields(options)
     return [
         Job(

@@ -21,6 +21,7 @@ from django.db import connections, transaction
 
 from django_jobs import signals
 from django_jobs.conf import jobs_settings
+from django_jobs.enqueue_controls import asked, debounce_job, taken_in_window, validate_controls
 from django_jobs.enqueue_options import (
     ConcurrencyKey,
     Item,
@@ -52,6 +53,11 @@ class Capture(Protocol):
 capture: Capture | None = None
 
 
+#: The controls of enqueue(), in its order; a call that gives none compares one tuple.
+_CONTROLS = ("unique_for", "start_by", "expires_in", "debounce", "debounce_key", "debounce_keep")
+_NOTHING_GIVEN = (None,) * len(_CONTROLS)
+
+
 def enqueue(
     type_or_handler: TypeRef,
     payload: dict[str, Any],
@@ -63,6 +69,12 @@ def enqueue(
     max_attempts: int | None = None,
     unique_key: str | None = None,
     concurrency_key: str | None = None,
+    unique_for: float | dt.timedelta | None = None,
+    start_by: dt.datetime | None = None,
+    expires_in: float | dt.timedelta | None = None,
+    debounce: float | dt.timedelta | None = None,
+    debounce_key: str | None = None,
+    debounce_keep: str | None = None,
 ) -> Job:
     """Create one pending job and return its row.
 
@@ -74,10 +86,28 @@ def enqueue(
     function of the payload, if it has one), at most the type's ``concurrency_limit`` jobs of
     this type with that key run at once; the others wait, pending, without using attempts.
 
+    The producer's controls (docs/writing-jobs.md), each costing nothing when not given:
+
+    - ``unique_for`` (seconds or a timedelta, with ``unique_key``): the key stays taken for that
+      long after a job with it was created or ended, by the database's clock; meanwhile that
+      job is returned, as for a held key.
+    - ``debounce`` (seconds or a timedelta) with ``debounce_key``: the job is due at the
+      window's end; while it is pending and has never started, a later enqueue of the type and
+      key updates it instead of making another (its payload replaced, or kept with
+      ``debounce_keep="first"``, and its start pushed to the new window's end) and returns it.
+      Once it started, the next enqueue makes a new job.
+    - ``start_by`` (an aware datetime) or ``expires_in`` (seconds or a timedelta from the
+      database's now()): a job not started by then never starts; it ends ``cancelled`` with
+      code ``EXPIRED``.
+
+    Concurrent enqueues of one key (``unique_for``, ``debounce``) take turns on an advisory
+    lock held until the caller's transaction ends, so exactly one job results.
+
     Raises ``UnknownJobType``, ``InvalidPayload``, ``PayloadTooLarge`` or ``InvalidOption``
     (all subclasses of ``EnqueueError``, itself a ``ValueError``) before writing anything.
     """
-    return enqueue_many(
+    given = (unique_for, start_by, expires_in, debounce, debounce_key, debounce_keep)
+    return _enqueue(
         type_or_handler,
         [payload],
         queue=queue,
@@ -87,6 +117,7 @@ def enqueue(
         max_attempts=max_attempts,
         unique_key=unique_key,
         concurrency_key=concurrency_key,
+        controls=None if given == _NOTHING_GIVEN else asked(**dict(zip(_CONTROLS, given, strict=True))),
     )[0]
 
 
@@ -101,16 +132,50 @@ def enqueue_many(
     max_attempts: int | None = None,
     unique_key: UniqueKey = None,
     concurrency_key: ConcurrencyKey = None,
+    unique_for: float | dt.timedelta | None = None,
+    start_by: dt.datetime | None = None,
+    expires_in: float | dt.timedelta | None = None,
 ) -> list[Job]:
     """Create one job per payload, all or none, and return the rows in the payloads' order.
 
     The options apply to every job; ``unique_key`` and ``concurrency_key`` may be functions
-    ``payload → key or None``.
+    ``payload → key or None``; ``unique_for``, ``start_by`` and ``expires_in`` are as for
+    :func:`enqueue` (a debounce merges the enqueues of one job: it is ``enqueue()``'s alone).
     Raises like :func:`enqueue` — for the first bad payload, with its index — before writing.
     """
+    controls = asked(unique_for=unique_for, start_by=start_by, expires_in=expires_in)
+    return _enqueue(
+        type_or_handler,
+        payloads,
+        queue=queue,
+        priority=priority,
+        run_at=run_at,
+        delay=delay,
+        max_attempts=max_attempts,
+        unique_key=unique_key,
+        concurrency_key=concurrency_key,
+        controls=controls,
+    )
+
+
+def _enqueue(
+    type_or_handler: TypeRef,
+    payloads: Iterable[dict[str, Any]],
+    *,
+    queue: str | None,
+    priority: int | None,
+    run_at: dt.datetime | None,
+    delay: float | dt.timedelta | None,
+    max_attempts: int | None,
+    unique_key: UniqueKey,
+    concurrency_key: ConcurrencyKey,
+    controls: dict[str, Any] | None,
+) -> list[Job]:
     job_type = resolve_type(type_or_handler)
     options = validate_options(job_type, queue, priority, run_at, delay, max_attempts)
     items = validate_items(job_type, payloads, unique_key, concurrency_key)
+    if controls is not None:
+        options = validate_controls(options, unique_key=unique_key, **controls)
     if not items:
         return []
     if capture is not None:
@@ -137,18 +202,29 @@ def _insert(options: Options, items: list[Item]) -> list[Job]:
     make_job = job_maker(alias, options)
     shared = options.statement_params()
     rows = [(item.encoded, item.unique_key, item.concurrency_key) for item in items]
+    locks = options.unique_for is not None or options.debounce is not None
     # One INSERT is atomic by itself; several (a large enqueue_many) share a transaction, so
-    # the call is all or nothing even in autocommit mode.
-    atomic = transaction.atomic(using=alias) if len(items) > enqueue_sql.ROWS_PER_INSERT else nullcontext()
+    # the call is all or nothing even in autocommit mode; so do the lock of a key and the
+    # statements it guards (in the caller's transaction, the lock is held until it ends).
+    atomic = (
+        transaction.atomic(using=alias)
+        if locks or len(items) > enqueue_sql.ROWS_PER_INSERT
+        else nullcontext()
+    )
     # A lone job, most enqueue() calls, reuses the connection's kept cursor.
     statements = django_bound_cursor(
         alias, prepare=prepares_statements(alias), binary_results=True, kept=len(items) == 1
     )
     with atomic, statements as cursor:
+        if options.debounce is not None:
+            debounced = debounce_job(alias, options, items[0])
+            if debounced is not None:
+                return [debounced]
+        taken = taken_in_window(alias, options, items, result) if options.unique_for is not None else set()
         # Rows without a key first: none of them can be dropped by ON CONFLICT, so RETURNING
         # lines up with them one to one; keyed rows are matched by their key.
         todo = [i for i, item in enumerate(items) if item.unique_key is None]
-        todo += [i for i, item in enumerate(items) if item.unique_key is not None]
+        todo += [i for i, item in enumerate(items) if item.unique_key is not None and i not in taken]
         # A key's holder can finish between our INSERT and our SELECT; then we insert again.
         while todo:
             returned = iter(enqueue_sql.insert(cursor, shared, [rows[i] for i in todo]))

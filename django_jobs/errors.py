@@ -56,6 +56,9 @@ class ErrorCode:
     RESTORED = "RESTORED"
     #: A workflow's step that did not run: a job it waited for did not end as it needs.
     WORKFLOW_STOPPED = "WORKFLOW_STOPPED"
+    #: Not started by its start-by deadline (``enqueue(start_by=…)``): ended ``cancelled``
+    #: without running.
+    EXPIRED = "EXPIRED"
     SKIPPED = "SKIPPED"
     UNKNOWN = "UNKNOWN"
 

@@ -122,3 +122,6 @@ class EventKind(models.TextChoices):
     STOPPED = "stopped", "Stopped by its workflow"
     #: A stopped step waiting again: an operator retried the job that stopped it.
     RESUMED = "resumed", "Resumed: waits again"
+    #: Not started by its start-by deadline: cancelled, code ``EXPIRED`` (the worker's start
+    #: path, or the reaper's pass for a pending job).
+    EXPIRED = "expired", "Expired: not started by its deadline"

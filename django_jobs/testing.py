@@ -40,6 +40,7 @@ from django_jobs.reads.queues import QueueRow, queue_rows
 from django_jobs.recording import EnqueuedJob, EnqueuedJobs, assert_enqueued, enqueued_jobs
 from django_jobs.runtime import outcomes
 from django_jobs.runtime.executor import run
+from django_jobs.runtime.pool import end_if_expired
 from django_jobs.runtime.started import send_job_started
 from django_jobs.runtime.worker import Worker, WorkerStats
 from django_jobs.statement_capture import CapturedStatements, Statement, capture_statements
@@ -82,6 +83,8 @@ def run_one(queues: Sequence[str] | None = None, types: Sequence[str] | None = N
     if claimed is None:
         return None
     taken, lease = claimed._claim, claimed._lease
+    if taken.has_deadline and end_if_expired(taken, lease) is not None:  # as a worker's start
+        return Job.objects.using(alias).get(id=taken.id)
     _announce_start(alias, taken)
     with _handler_savepoint(alias):
         finished = run(taken, lease, reraise_base=True)

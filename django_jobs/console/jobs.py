@@ -87,7 +87,8 @@ class JobAdmin(JobPage, QueuePages, RestorePages, WorkflowPages, BulkPages):
     change_list_template = "admin/django_jobs/job/change_list.html"
     change_form_template = "admin/django_jobs/job/change_form.html"
     fieldsets = (
-        (None, {"fields": ("id", "type", "queue", "status", "priority", "version", "unique_key")}),
+        (None, {"fields": ("id", "type", "queue", "status", "priority", "version", "unique_key",
+                           "debounce_key")}),
         ("Attempts", {"fields": ("attempts", "max_attempts", "manual_retries", "retried_by", "retried_at")}),
         (
             "Execution",
@@ -99,7 +100,7 @@ class JobAdmin(JobPage, QueuePages, RestorePages, WorkflowPages, BulkPages):
             },
         ),
         ("Outcome", {"fields": ("last_error_code", "last_error_pretty", "return_value_pretty", "available_at",
-                                "created_at", "completed_at", "failed_at", "finished_at")}),
+                                "start_by", "created_at", "completed_at", "failed_at", "finished_at")}),
         ("Payload", {"fields": ("payload_pretty",)}),
     )  # fmt: skip
 

@@ -3,7 +3,9 @@
 A pass (:func:`run_once`) runs, in order:
 
 1. recovery (:mod:`~django_jobs.maintenance.rescuer`): takes back running jobs whose lease
-   expired, as :func:`django_jobs.decision.decide` says for each;
+   expired, as :func:`django_jobs.decision.decide` says for each; then expiry
+   (:func:`expire`): ends the pending jobs past their start-by deadline (``cancelled``, code
+   ``EXPIRED``), so that they do not linger until a worker claims them;
 2. retention (:func:`django_jobs.maintenance.pruner.run_once`): deletes finished jobs past
    their status's retention, within a time budget;
 3. housekeeping (:data:`HOUSEKEEPING`), each step isolated: a failing step is logged and named
@@ -35,6 +37,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+from django_jobs import transitions
 from django_jobs.conf import jobs_settings
 from django_jobs.console import audit as consolelog
 from django_jobs.errors import DATABASE_UNAVAILABLE
@@ -50,6 +53,7 @@ __all__ = [
     "ReaperLoop",
     "Recovered",
     "decide_recovery",
+    "expire",
     "forget_silent_workers",
     "prune",
     "prune_ticks",
@@ -74,6 +78,8 @@ class ReapResult:
     retention_behind: bool = False
     #: The housekeeping steps that failed this pass (each is logged with its error).
     failed_steps: list[str] = field(default_factory=list)
+    #: (type, queue) of each pending job ended past its start-by deadline.
+    expired: list[tuple[str, str]] = field(default_factory=list)
 
     @property
     def total_recovered(self) -> int:
@@ -86,6 +92,8 @@ class ReapResult:
             "recovered_by_status": dict(sorted(self.recovered.items())),
             "pruned": dict(sorted(self.pruned.items())),
         }
+        if self.expired:  # jobs past their start-by deadline ended (absent when none)
+            report["expired"] = len(self.expired)
         if self.failed_steps:
             report["failed_steps"] = list(self.failed_steps)
         return report
@@ -106,12 +114,27 @@ def run_once() -> ReapResult:
     counts: dict[str, int] = {}
     for job in jobs:
         counts[job.status] = counts.get(job.status, 0) + 1
+    expired = expire()
     pruned, behind = pruner.run_once()
-    result = ReapResult(recovered=counts, pruned=pruned, jobs=jobs, retention_behind=behind)
+    result = ReapResult(recovered=counts, pruned=pruned, jobs=jobs, retention_behind=behind, expired=expired)
     for step in HOUSEKEEPING:
         if not _run_step(step):
             result.failed_steps.append(step.__name__)
     return result
+
+
+def expire(batch: int = BATCH, max_batches: int = 20) -> list[tuple[str, str]]:
+    """End the pending jobs past their start-by deadline, ``batch`` at a time, at most
+    ``max_batches`` batches a pass (the next pass goes on); returns (type, queue) of each."""
+    ended: list[tuple[str, str]] = []
+    for _ in range(max_batches):
+        rows = transitions.expire_pending(batch)
+        ended += [(job_type, queue) for _, job_type, queue in rows]
+        if rows:
+            logger.info("expired %d pending job(s) past their start-by deadline", len(rows))
+        if len(rows) < batch:
+            break
+    return ended
 
 
 def _run_step(step: Callable[[], int]) -> bool:

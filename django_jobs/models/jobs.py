@@ -127,6 +127,14 @@ class Job(models.Model):
     #: ("reconcile" or "needs_review"); one lost before any mark is retried. NULL for a type
     #: that does not mark its calls: ``on_lost`` decides.
     on_lost_in_call = models.CharField(max_length=20, null=True, blank=True)
+    #: The start-by deadline (``enqueue(start_by=…/expires_in=…)``): a job not started by then
+    #: never starts; it ends ``cancelled`` with code ``EXPIRED`` (the worker's start path or
+    #: the reaper's pass). NULL for most jobs: no deadline.
+    start_by = models.DateTimeField(null=True, blank=True, help_text="Never started after this.")
+    #: The key of a debounced enqueue (``enqueue(debounce=…, debounce_key=…)``): a later
+    #: enqueue with the same type and key updates this job while it is pending and never
+    #: started, instead of making another. NULL for most jobs.
+    debounce_key = models.CharField(max_length=200, null=True, blank=True)
 
     # Ownership of the current (or last) execution. Every write after a claim is guarded by
     # (id, execution_id, status='running'), so an execution that lost its lease changes nothing.
@@ -271,6 +279,19 @@ class Job(models.Model):
                 fields=["queue", "status", "available_at"],
                 name="django_jobs_queue_counts",
                 condition=Q(status__in=["failed", "needs_review", "pending", "waiting"]),
+            ),
+            # The reaper's pass ends the pending jobs past their start-by deadline from here;
+            # only jobs with a deadline are in it.
+            models.Index(
+                fields=["start_by"],
+                name="django_jobs_start_by",
+                condition=Q(("status", JobStatus.PENDING), ("start_by__isnull", False)),
+            ),
+            # A debounced enqueue finds the pending job of its key from here.
+            models.Index(
+                fields=["type", "debounce_key"],
+                name="django_jobs_debounce_key",
+                condition=Q(("status", JobStatus.PENDING), ("debounce_key__isnull", False)),
             ),
             # The claim counts the running jobs of each concurrency key it starts jobs of.
             models.Index(

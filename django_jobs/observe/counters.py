@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from django_jobs.decision import Happened
+from django_jobs.errors import ErrorCode
 from django_jobs.observe.labels import PREFIX, LabelValues
 
 if TYPE_CHECKING:
@@ -118,6 +119,11 @@ class Metrics:
             f"{PREFIX}_recovered", "Jobs the reaper took back from a lost execution, by the status given.",
             ["type", "status"], registry=registry,
         )  # fmt: skip
+        self.expired = Counter(
+            f"{PREFIX}_expired",
+            "Jobs ended unrun past their start-by deadline (cancelled, EXPIRED), by who ended them.",
+            ["type", "by"], registry=registry,
+        )  # fmt: skip
         self._series: dict[tuple[str, str], _Series] = {}
         self._coded: dict[tuple[str, str, str, str], int] = {}  # (counter, type, queue, code) → n
         self._lock = threading.Lock()
@@ -149,6 +155,9 @@ class Metrics:
         if finished.happened is _UNSTARTED:
             return  # given back unstarted: it did not run
         claim = finished.claim
+        if finished.happened is None and finished.error_code == ErrorCode.EXPIRED:
+            self.expired.labels(self._fold("type", claim.type), "worker").inc()  # ended at its start
+            return
         series = self._of(claim.type, claim.queue)
         status = "lost" if outcome is None else str(outcome.status)
         with self._lock:
@@ -166,6 +175,8 @@ class Metrics:
     def on_reaped(self, result: ReapResult) -> None:
         for job in result.jobs:
             self.recovered.labels(self._fold("type", job.type), self._fold("status", job.status)).inc()
+        for type_name, _queue in result.expired:
+            self.expired.labels(self._fold("type", type_name), "reaper").inc()
 
     # ---- a scrape -----------------------------------------------------------------------------
 

@@ -30,6 +30,7 @@ from opentelemetry import metrics as otel
 from opentelemetry.metrics import CallbackOptions, Observation
 
 from django_jobs.decision import Happened
+from django_jobs.errors import ErrorCode
 from django_jobs.observe.exposition import QUEUE_GAUGES
 from django_jobs.observe.labels import LabelValues
 
@@ -83,6 +84,10 @@ class OtelMetrics:
             "django_jobs.jobs.recovered", unit="{job}",
             description="Jobs the reaper took back from a lost execution, by the status given.",
         )  # fmt: skip
+        self.expired = meter.create_counter(
+            "django_jobs.jobs.expired", unit="{job}",
+            description="Jobs ended unrun past their start-by deadline (cancelled, EXPIRED), by whom.",
+        )  # fmt: skip
 
     def _attributes(self, type_name: str, queue: str) -> dict[str, str]:
         return {
@@ -106,6 +111,9 @@ class OtelMetrics:
         if finished.happened is Happened.NOT_STARTED:
             return  # given back unstarted: it did not run
         attributes = self._attributes(finished.claim.type, finished.claim.queue)
+        if finished.happened is None and finished.error_code == ErrorCode.EXPIRED:
+            self.expired.add(1, {**attributes, "django_jobs.expired_by": "worker"})  # ended at its start
+            return
         attributes["django_jobs.status"] = "lost" if outcome is None else str(outcome.status)
         if outcome is not None and outcome.error_code is not None:
             attributes["error.type"] = self.label_values["code"].fold(outcome.error_code)
@@ -121,6 +129,8 @@ class OtelMetrics:
                 "django_jobs.status": self.label_values["status"].fold(job.status),
             }
             self.recovered.add(1, attributes)
+        for type_name, queue in result.expired:
+            self.expired.add(1, {**self._attributes(type_name, queue), "django_jobs.expired_by": "reaper"})
 
 
 _recorders: tuple[object, OtelMetrics] | None = None

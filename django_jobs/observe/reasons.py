@@ -25,6 +25,9 @@ class Reason(enum.StrEnum):
     COMPLETED = "completed"
     SKIPPED = "skipped"
     CANCELLED = "cancelled"
+    #: Not started by its start-by deadline: ended cancelled, code EXPIRED (or, pending past
+    #: it, about to be).
+    EXPIRED = "expired"
     FAILED = "failed"
     ATTEMPTS_EXHAUSTED = "attempts_exhausted"
     NEEDS_REVIEW = "needs_review"

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import datetime as dt
 
+from django_jobs.errors import ErrorCode
 from django_jobs.models import Job, JobEvent
 from django_jobs.observe.reasons import Blocker, Reason, duration, timestamp
 from django_jobs.states import JobStatus
@@ -26,6 +27,15 @@ def blockers(job: Job, now: dt.datetime, db: str, evidence: list[tuple[str, str]
         return [Blocker(Reason.COMPLETED, f"It completed {at}, after {job.attempts} attempt(s).")]
     if job.status == JobStatus.SKIPPED:
         return [Blocker(Reason.SKIPPED, f"It was skipped {at}: its handler said it no longer applies.")]
+    if job.status == JobStatus.CANCELLED and job.last_error_code == ErrorCode.EXPIRED:
+        by = "its worker, at its start" if last is not None and last.actor == "worker" else "the reaper"
+        return [
+            Blocker(
+                Reason.EXPIRED,
+                f"It expired {at}: it had not started by its start-by deadline "
+                f"{timestamp(job.start_by)}, so {by} ended it cancelled (code EXPIRED) without running it.",
+            )
+        ]
     if job.status == JobStatus.CANCELLED:
         who = f" by {last.actor}" if last is not None and last.actor else ""
         why = f": {last.reason}" if last is not None and last.reason else ""

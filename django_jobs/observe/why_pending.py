@@ -49,6 +49,9 @@ def blockers(job: Job, now: dt.datetime, db: str, evidence: list[tuple[str, str]
     if held is not None:
         found.append(held)
     evidence.append(("available at", timestamp(job.available_at)))
+    expired = _deadline(job, now, evidence)
+    if expired is not None:
+        return [expired, *found]
     if job.available_at > now:
         found.append(_not_due(job, now, db))
     found.extend(_workers(job, now, db, evidence))
@@ -56,6 +59,24 @@ def blockers(job: Job, now: dt.datetime, db: str, evidence: list[tuple[str, str]
     if not found:
         found.append(_claimable(job, now, db, evidence))
     return found
+
+
+def _deadline(job: Job, now: dt.datetime, evidence: list[tuple[str, str]]) -> Blocker | None:
+    """A start-by deadline and a debounce key, as evidence; past the deadline, the reason: the job
+    never starts."""
+    if job.debounce_key is not None:
+        evidence.append(("debounce key", f"{job.debounce_key} (a new enqueue of it pushes the start back)"))
+    if job.start_by is None:
+        return None
+    if job.start_by > now:
+        evidence.append(("start by", f"{timestamp(job.start_by)} (in {duration(job.start_by - now)})"))
+        return None
+    evidence.append(("start by", f"{timestamp(job.start_by)} ({duration(now - job.start_by)} ago)"))
+    return Blocker(
+        Reason.EXPIRED,
+        f"Its start-by deadline passed at {timestamp(job.start_by)}: it never starts. The reaper's next "
+        "pass ends it cancelled (code EXPIRED), or a worker that claims it first ends it so at its start.",
+    )
 
 
 def _restore_hold(job: Job, now: dt.datetime, db: str) -> Blocker | None:

@@ -53,7 +53,8 @@ class Finished:
     """How one execution ended, before any decision about the job."""
 
     claim: Claim
-    #: None when the lease was lost: the job belongs to another execution, nothing is written.
+    #: None when the lease was lost: the job belongs to another execution, nothing is written;
+    #: None too, with code ``EXPIRED``, when the start path ended the job past its deadline.
     happened: Happened | None
     error_code: str | None = None
     error: str | None = None  # sanitized and bounded

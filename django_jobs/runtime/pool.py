@@ -17,7 +17,9 @@ from the slots that are expected to free up soon, and a buffered job that waited
 ``max_buffer_wait`` is given back unstarted, so a slow or stuck slot never hoards jobs.
 
 Every pool starts a job through ``ExecutorPool._start``: the worker's checks (a heartbeat
-unanswered, a restore hold), then ``_run``, the one step a pool of another kind replaces.
+unanswered, a restore hold), the start-by deadline of a job that has one (past it, the job
+ends ``cancelled``, code ``EXPIRED``, instead of starting), then ``_run``, the one step a pool
+of another kind replaces.
 
 Over 300 lines: the buffer, the slots, their running jobs and the stuck threads share one lock,
 and each method is right only beside the others that read them under it.
@@ -35,8 +37,9 @@ from dataclasses import dataclass, field
 
 from django.db import connections
 
-from django_jobs import logs
+from django_jobs import logs, transitions
 from django_jobs.decision import Happened
+from django_jobs.errors import DATABASE_UNAVAILABLE, ErrorCode
 from django_jobs.registry import JobType
 from django_jobs.runtime.executor import Finished, failed_outside_the_handler
 from django_jobs.runtime.lease import Lease
@@ -89,6 +92,24 @@ class Held:
 Execute = Callable[[Claim, Lease], Finished]
 #: Whether a claimed job may start now: the worker's checks (see ``ExecutorPool._start``).
 MayStart = Callable[[Claim], bool]
+
+
+def end_if_expired(claim: Claim, lease: Lease) -> Finished | None:
+    """End ``held``'s job if its start-by deadline has passed (a compare-and-set by the
+    database's clock: ``transitions.expiry``); the execution then has nothing left to write
+    (``happened`` None, code ``EXPIRED``). None: it may start. A database that cannot answer
+    gives the job back unstarted: a job whose deadline cannot be checked does not start."""
+    try:
+        ended = transitions.expire_at_start(claim.id, claim.execution_id, claim.attempt - 1)
+    except DATABASE_UNAVAILABLE:
+        return Finished(claim, Happened.NOT_STARTED, ErrorCode.DATABASE_UNAVAILABLE)
+    if not ended:
+        return None
+    logger.info(
+        "job expired: not started by its start-by deadline id=%s execution=%s type=%s",
+        claim.id, claim.execution_id, claim.type, extra=logs.lease_fields(lease),
+    )  # fmt: skip
+    return Finished(claim, None, ErrorCode.EXPIRED)
 
 
 class ExecutorPool:
@@ -250,6 +271,10 @@ class ExecutorPool:
         would have held. A job refused is given back unstarted and uncounted."""
         if self._may_start is not None and not self._may_start(held.claim):
             return Finished(held.claim, Happened.NOT_STARTED)
+        if held.claim.has_deadline:
+            expired = end_if_expired(held.claim, held.lease)
+            if expired is not None:
+                return expired
         return self._run(slot, held)
 
     def _run(self, slot: int, held: Held) -> Finished:

@@ -41,6 +41,8 @@ class WorkerStats:
     )
     outcomes: collections.Counter[str] = field(default_factory=collections.Counter)
     lost: int = 0
+    #: Claimed jobs ended at their start, past their start-by deadline (never ran).
+    expired: int = 0
     released: int = 0
     stuck: int = 0
     #: Turns of the claim loop that claimed nothing because the heartbeat was unanswered.
@@ -89,6 +91,7 @@ class WorkerStats:
             "jobs_finished": self.jobs_finished,
             "outcomes": dict(self.outcomes),
             "lost_leases": self.lost,
+            "expired": self.expired,
             "released": self.released,
             "stuck": self.stuck,
             "held_back": self.held_back,

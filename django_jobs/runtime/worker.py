@@ -432,7 +432,10 @@ class Worker:
         elif finished.ran_for is not None:
             self._producer.ran(finished.ran_for)
         if finished.happened is None:
-            self.stats.lost += 1
+            if finished.error_code == ErrorCode.EXPIRED:  # ended by the start path: never ran
+                self.stats.expired += 1
+            else:
+                self.stats.lost += 1
             if self._metrics is not None:
                 self._metrics.on_finished(finished, None)
             return

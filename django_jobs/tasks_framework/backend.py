@@ -68,6 +68,7 @@ class JobsBackend(taskapi.PRIMARY.BaseTaskBackend):  # type: ignore[name-defined
         self.max_attempts: int = policy.max_attempts
         self.backoff: Backoff = policy.backoff
         self.timeout: float | None = policy.timeout
+        self.expires_in: float | None = policy.expires_in
 
     def _refuse_if_misconfigured(self) -> None:
         if not _jobs_installed():
@@ -147,6 +148,7 @@ class JobsBackend(taskapi.PRIMARY.BaseTaskBackend):  # type: ignore[name-defined
                 run_at=run_after if isinstance(run_after, dt.datetime) else None,
                 delay=run_after if isinstance(run_after, dt.timedelta) else None,
                 max_attempts=self.max_attempts,
+                expires_in=self.expires_in,
             )
         except EnqueueError as exc:
             if isinstance(exc, InvalidTask):

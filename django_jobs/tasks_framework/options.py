@@ -21,7 +21,7 @@ from django_jobs.names import QUEUE_RE
 from django_jobs.setting import user_settings
 
 #: The options a backend knows.
-OPTIONS = ("MAX_ATTEMPTS", "BACKOFF_BASE", "BACKOFF_CAP", "BACKOFF_JITTER", "TIMEOUT")
+OPTIONS = ("MAX_ATTEMPTS", "BACKOFF_BASE", "BACKOFF_CAP", "BACKOFF_JITTER", "TIMEOUT", "EXPIRES_IN")
 OPTIONS_HINT = "See docs/django-tasks.md for the backend's options."
 
 #: The DJANGO_JOBS setting each option defaults to.
@@ -42,6 +42,9 @@ class BackendOptions:
     backoff: Backoff
     timeout: float | None
     problems: list[str] = field(default_factory=list)
+    #: Seconds from its enqueue by which each task of the backend must start, or it ends
+    #: cancelled with code EXPIRED (``enqueue(expires_in=…)``); None: no deadline.
+    expires_in: float | None = None
 
 
 def read_options(alias: str, queues: Iterable[Any], options: Mapping[str, Any]) -> BackendOptions:
@@ -60,7 +63,10 @@ def read_options(alias: str, queues: Iterable[Any], options: Mapping[str, Any]) 
     max_attempts: int = reader.option("MAX_ATTEMPTS", int, minimum=1, maximum=1000)
     backoff = reader.retry_policy()
     timeout = None if options.get("TIMEOUT") is None else reader.option("TIMEOUT", float, minimum=0.001)
-    return BackendOptions(max_attempts, backoff, timeout, reader.problems)
+    expires_in = (
+        None if options.get("EXPIRES_IN") is None else reader.option("EXPIRES_IN", float, minimum=0.001)
+    )
+    return BackendOptions(max_attempts, backoff, timeout, reader.problems, expires_in)
 
 
 class _Reader:
@@ -73,7 +79,8 @@ class _Reader:
 
     def option(self, name: str, kind: type, minimum: float, maximum: float = math.inf) -> Any:
         """``OPTIONS[name]`` when it is sound, else the ``DJANGO_JOBS`` value it defaults to
-        (a problem is recorded only for the option: ``check_settings`` reports the setting)."""
+        (None for ``TIMEOUT`` and ``EXPIRES_IN``; a problem is recorded only for the option:
+        ``check_settings`` reports the setting)."""
         if name not in self.options:
             return _setting_default(name, kind, minimum, maximum)
         value = self.options[name]

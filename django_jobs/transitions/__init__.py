@@ -37,6 +37,7 @@ from django_jobs.transitions.execution import (
     open_rate_windows,
     outlook,
 )
+from django_jobs.transitions.expiry import expire_at_start, expire_pending
 from django_jobs.transitions.leases import Beat, cut_leases, heartbeat, set_checkpoint, set_progress
 from django_jobs.transitions.manual_retry import KeyHeld, StepRefused, manual_retry
 from django_jobs.transitions.operator import (
@@ -91,6 +92,8 @@ __all__ = [
     "disable_schedule",
     "enable_schedule",
     "end_call",
+    "expire_at_start",
+    "expire_pending",
     "forget_idle_keys",
     "forget_worker",
     "heartbeat",

@@ -65,6 +65,9 @@ class Claim:
     #: The job's (created_at, available_at), read after the claim while ``job_started`` has a
     #: receiver (``runtime.started.read_after_claim``); None otherwise.
     start_times: tuple[dt.datetime, dt.datetime] | None = None
+    #: Whether the job has a start-by deadline, read after the claim
+    #: (``runtime.started.read_after_claim``): its start asks ``transitions.expiry`` first.
+    has_deadline: bool = False
 
 
 _CLAIM_COLUMNS = (

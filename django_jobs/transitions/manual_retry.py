@@ -5,6 +5,10 @@ A job of a workflow is retried by its workflow's rules, inside the same statemen
 goes where its gate says (``workflow_triggers``), the steps its retry would resume must be
 free to hold their unique keys, and a workflow cut apart by retention is not resumed. The
 retry is refused, naming why, before anything is written.
+
+A retried job has no start-by deadline any more (a person asked for it to run now, and a job
+that expired would otherwise expire again at once), nor a debounce key: a debounced enqueue
+never updates a job an operator retried.
 """
 
 from __future__ import annotations
@@ -60,7 +64,7 @@ WITH RECURSIVE old AS (
         attempts = 0, available_at = now(), ready = gate.gate IS DISTINCT FROM 'waiting',
         finished_at = NULL, cancel_requested_at = NULL, worker_id = NULL, execution_id = NULL,
         heartbeat_at = NULL, lease_expires_at = NULL, failed_at = NULL, completed_at = NULL,
-        manual_retries = j.manual_retries + 1, retried_by = %(actor)s,
+        start_by = NULL, debounce_key = NULL, manual_retries = j.manual_retries + 1, retried_by = %(actor)s,
         retried_at = now(), trace_context = COALESCE(%(trace_context)s::jsonb, j.trace_context)
     FROM old JOIN gate ON gate.id = old.id
     WHERE j.id = old.id AND j.status = old.status AND gate.gate IS DISTINCT FROM 'refused'

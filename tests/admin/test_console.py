@@ -538,3 +538,20 @@ def test_declare_and_release_from_the_console_are_audited_and_bad_input_changes_
     assert [statuses[j.id] for j in (sent, unsent, charge)] == ["completed", "pending", "pending"]
     logged = LogEntry.objects.filter(object_id=str(hold.id), change_message="released: provider checked")
     assert logged.exists()
+
+
+def test_the_job_page_says_a_job_expired_and_shows_its_deadline(
+    login: Callable[[User | None], Client], superuser: User
+) -> None:
+    from django.db.models.functions import Now
+
+    from django_jobs import enqueue
+    from django_jobs.maintenance import reaper
+
+    client = login(superuser)
+    job = enqueue("test.noop", {}, expires_in=600)
+    Job.objects.filter(id=job.id).update(start_by=Now() - dt.timedelta(seconds=1))
+    reaper.run_once()
+    page = client.get(f"{LIST}{job.id}/change/").content.decode()
+    assert 'data-reason="expired"' in page and "start-by deadline" in page
+    assert "Start by:" in page and "EXPIRED" in page

@@ -3,8 +3,9 @@ test's thread, and what the model reads back after each step.
 
 The worker is the one ``runjobs`` runs (``runtime.worker.Worker``, thread pool), driven by hand:
 its producer claims (``claim_if_room``: the restore watch's choice of statement, the pause),
-the claimed jobs are taken from its pool's buffer, executed by the worker's own ``_execute``
-(the hold-back and restore checks before the handler), and the outcome is decided and written
+the claimed jobs are taken from its pool's buffer, started through the pool's one start path
+(``ExecutorPool._start``: the hold-back and restore checks, a start-by deadline ending a job
+past it, then the worker's own ``_execute``), and the outcome is decided and written
 by the worker's outcome code (``runtime.outcomes.record``), as ``testing.run_one`` does. Nothing
 of it runs on another thread. The process pool runs handlers in child processes and cannot be
 driven this way: the model covers the thread path.
@@ -65,8 +66,8 @@ def claim(queues: tuple[str, ...] = QUEUES) -> list[InFlight]:
 
 
 def execute(flight: InFlight) -> Finished:
-    """Run the claimed job as the worker's slot would, and write its outcome."""
-    finished = flight.worker._execute(flight.held.claim, flight.held.lease)
+    """Start the claimed job as the worker's slot would, and write its outcome."""
+    finished = flight.worker._pool._start(0, flight.held)
     written = outcomes.record([finished], worker_id=flight.worker.worker_id)
     outcomes.announce([finished], written, flight.worker.worker_id)
     return finished

@@ -1,11 +1,13 @@
 """The whole state machine, as a stateful property test on real PostgreSQL.
 
-Hypothesis draws sequences of every writer of a job's state — enqueue (plain, keyed, chains,
-groups with callbacks, nested), a worker's claim and each handler outcome, a lease lost and the
-reaper's recovery, an operator's retry / cancel / resolve of one job, a multi-select in any
-order, a bulk operation by filter with batches of any size, a workflow's cancel, retention
-with rows aged past it, a restore hold declared and released with answers, a queue paused and
-resumed — and after every step compares the database with the reference model
+Hypothesis draws sequences of every writer of a job's state — enqueue (plain, keyed, debounced,
+with a start-by deadline, chains, groups with callbacks, nested), a deadline passing and the
+reaper's pass that ends the pending jobs past it, a worker's claim (past a job's deadline, its
+start ends it instead) and each handler outcome, a lease lost and the reaper's recovery, an
+operator's retry / cancel / resolve of one job, a multi-select in any order, a bulk operation
+by filter with batches of any size, a workflow's cancel, retention with rows aged past it, a
+restore hold declared and released with answers, a queue paused and resumed — and after every
+step compares the database with the reference model
 (:mod:`tests.model.model`): the docs' arrows, workflows' barriers, operators' cancels, restore
 holds, ``explainjob``'s reasons, retention's wholeness.
 
@@ -42,7 +44,8 @@ from hypothesis.stateful import (
 import django_jobs
 from django_jobs import ActionRefused, Chain, Group, JobFilter, Step
 from django_jobs.console import actions, bulk_runner, restore_holds
-from django_jobs.maintenance import pruner, rescuer
+from django_jobs.errors import ErrorCode
+from django_jobs.maintenance import pruner, reaper, rescuer
 from django_jobs.models import Job, JobEvent, WorkflowStep
 from django_jobs.observe.diagnosis import explain
 from django_jobs.observe.reasons import Reason
@@ -65,6 +68,8 @@ RETENTION = {"completed": 7 * 86400, "skipped": 7 * 86400, "cancelled": 30 * 864
 AGES = (86400, 10 * 86400, 40 * 86400)
 OUTCOMES = ("complete", "complete", "retry", "ambiguous", "permanent", "skip", "cancelled")
 REASON = "the model says so"
+DEBOUNCE_KEYS = ("d1", "d2")
+DEBOUNCE_WINDOW = 30.0
 
 #: Known rules (model.KNOWN) whose breaches are counted, not failed: only to explore today's code.
 TOLERATED = frozenset(filter(None, os.environ.get("DJANGO_JOBS_MODEL_TOLERATE", "").split(",")))
@@ -89,6 +94,10 @@ class JobsMachine(RuleBasedStateMachine):
         #: Whether a retry was refused for a unique key during the way being compared.
         self.key_refused = False
         self.operations: list[int] = []
+        #: The jobs enqueued with a start-by deadline, and those debounced.
+        self.deadlines: list[int] = []
+        self.debounced: list[int] = []
+        self.edits = itertools.count(1)
         COUNTS["examples"] += 1
 
     # ---- helpers ------------------------------------------------------------------------------
@@ -241,12 +250,123 @@ class JobsMachine(RuleBasedStateMachine):
         kind=st.sampled_from(TYPES),
         queue=st.sampled_from(QUEUES),
         key=st.one_of(st.none(), st.sampled_from(KEYS)),
+        deadline=st.booleans(),
     )
-    def enqueue(self, kind: str, queue: str, key: str | None) -> None:
+    def enqueue(self, kind: str, queue: str, key: str | None, deadline: bool) -> None:
         COUNTS["steps"] += 1
-        job = django_jobs.enqueue(kind, {}, queue=queue, unique_key=key)
+        # A job with a deadline goes first in its queue: the claim of its queue takes it.
+        expires_in, priority = (3600, 10) if deadline else (None, 0)
+        job = django_jobs.enqueue(
+            kind, {}, queue=queue, unique_key=key, expires_in=expires_in, priority=priority
+        )
         if job.id not in self.model.jobs:
             self.model.jobs[job.id] = MJob(job.id, kind, queue, key, cursor=job.status)
+            if deadline:
+                self.deadlines.append(job.id)
+
+    @rule(
+        kind=st.sampled_from(TYPES),
+        key=st.sampled_from(DEBOUNCE_KEYS),
+        keep=st.sampled_from(["last", "first"]),
+    )
+    def enqueue_debounced(self, kind: str, key: str, keep: str) -> None:
+        """A debounced enqueue updates the pending job of its key that never started, or makes
+        one: never two such jobs of a key, never an update of a job that started."""
+        COUNTS["steps"] += 1
+        waiting = list(
+            Job.objects.filter(type=kind, debounce_key=key, status="pending", attempts=0).values_list(
+                "id", "payload"
+            )
+        )
+        payload = {"edit": next(self.edits)}
+        job = django_jobs.enqueue(
+            kind, payload, debounce=DEBOUNCE_WINDOW, debounce_key=key, debounce_keep=keep
+        )
+        stored = Job.objects.get(id=job.id)
+        if waiting:
+            (held, first), *_ = waiting
+            if job.id != held:
+                self.model.fail(f"debounce of {kind} {key} gave job {job.id}, while {waiting} waited")
+            if stored.payload != (payload if keep == "last" else first):
+                self.model.fail(f"debounce ({keep}) of job {job.id} left payload {stored.payload}")
+            return
+        if job.id in self.model.jobs or stored.status != "pending":
+            self.model.fail(f"debounce of {kind} {key} with no job waiting returned job {job.id}")
+        self.model.jobs[job.id] = MJob(job.id, kind, job.queue, None, cursor="pending")
+        self.debounced.append(job.id)
+
+    @precondition(lambda self: bool(self.debounced))
+    @rule(data=st.data())
+    def debounce_window_passes(self, data: st.DataObject) -> None:
+        """Test data: a debounced job's window is over (its due time moved into the past)."""
+        COUNTS["steps"] += 1
+        job_id = self._pick(data, self.debounced, "debounced")
+        Job.objects.filter(id=job_id, status="pending").update(available_at=Now() - dt.timedelta(seconds=1))
+
+    @precondition(lambda self: bool(self.deadlines))
+    @rule(data=st.data())
+    def deadline_passes(self, data: st.DataObject) -> None:
+        """Test data: a job's start-by deadline is now in the past (an operator's retry lifted it
+        if it is NULL: nothing to move)."""
+        COUNTS["steps"] += 1
+        # A claimed one first, when there is one: its deadline passes while it waits in a buffer.
+        claimed = sorted({f.job_id for f in self.inflight} & set(self.deadlines))
+        job_id = self._pick(data, claimed or self.deadlines, "deadline")
+        Job.objects.filter(id=job_id, start_by__isnull=False).update(start_by=Now() - dt.timedelta(seconds=1))
+        COUNTS["deadlines passed"] += 1
+
+    @precondition(lambda self: bool(self.deadlines))
+    @rule(data=st.data())
+    def claimed_then_deadline_passes(self, data: st.DataObject) -> None:
+        """A worker claims from the queue of a job with a deadline, and the deadline passes
+        while the claimed job waits in its buffer (test data): its start must end it."""
+        COUNTS["steps"] += 1
+        pending = Job.objects.filter(id__in=self.deadlines, status="pending", start_by__isnull=False)
+        waiting = sorted(pending.values_list("id", flat=True))
+        if not waiting:
+            return
+        job = self.model.jobs[self._pick(data, waiting, "deadline")]
+        Job.objects.filter(id=job.id).update(available_at=Now() - dt.timedelta(seconds=1))  # due now
+        before = len(self.inflight)
+        self.claim((job.queue,))
+        taken = {f.job_id for f in self.inflight[before:]}
+        moved = Job.objects.filter(id__in=taken, start_by__isnull=False).update(
+            start_by=Now() - dt.timedelta(seconds=1)
+        )
+        COUNTS["late claims"] += moved
+        for flight in [f for f in self.inflight[before:] if f.job_id in taken]:
+            self.inflight.remove(flight)
+            self._start_flight(flight)
+
+    def _start_flight(self, flight: driver.InFlight) -> None:
+        """Start a claimed job; if its execution owned it past its deadline, the start ended it
+        EXPIRED and its handler never ran."""
+        claim = flight.held.claim
+        owned_late = Job.objects.filter(
+            id=claim.id, execution_id=claim.execution_id, status="running", start_by__lt=Now()
+        ).exists()
+        started = len(testjobs.MODEL_STARTS)
+        driver.execute(flight)
+        if not owned_late:
+            return
+        COUNTS["late starts checked"] += 1
+        if any(job_id == claim.id for job_id, _ in testjobs.MODEL_STARTS[started:]):
+            self.model.fail(f"job {claim.id}, past its start-by deadline, started")
+        ended = Job.objects.filter(id=claim.id).values_list("status", "last_error_code").first()
+        if ended != ("cancelled", ErrorCode.EXPIRED):
+            self.model.fail(f"job {claim.id}, claimed past its start-by deadline, ended {ended}")
+
+    @rule()
+    def reap_expired(self) -> None:
+        """The reaper's pass ends exactly the pending jobs past their deadline, as EXPIRED."""
+        COUNTS["steps"] += 1
+        late = set(Job.objects.filter(status="pending", start_by__lt=Now()).values_list("id", flat=True))
+        before = _statuses()
+        reaper.expire()
+        after = Job.objects.filter(id__in=list(before)).values_list("id", "status", "last_error_code")
+        moved = {i: (s, code) for i, s, code in after if before[i] != s}
+        if set(moved) != late or any(v != ("cancelled", ErrorCode.EXPIRED) for v in moved.values()):
+            self.model.fail(f"the reaper's expiry moved {moved}, expected {sorted(late)} cancelled EXPIRED")
 
     @rule(shape=workflows())
     def enqueue_workflow(self, shape: tuple[object, dict[str, Step | None]]) -> None:
@@ -319,7 +439,7 @@ class JobsMachine(RuleBasedStateMachine):
         testjobs.MODEL_RECONCILE[flight.job_id] = answer
         started = len(testjobs.MODEL_STARTS)
         held = self.model.hold is not None
-        driver.execute(flight)
+        self._start_flight(flight)
         testjobs.MODEL_SCRIPT.pop(flight.job_id, None)
         testjobs.MODEL_RECONCILE.pop(flight.job_id, None)
         for job_id, kind in testjobs.MODEL_STARTS[started:]:
@@ -679,7 +799,11 @@ def test_the_state_machine_keeps_every_documented_rule() -> None:
         line = (
             f"state machine model: {COUNTS['examples']} examples, {COUNTS['steps']} steps "
             f"in {time.monotonic() - started:.0f}s"
-            + "".join(f"; {k}: {v}" for k, v in sorted(COUNTS.items()) if k.startswith("tolerated"))
+            + "".join(
+                f"; {k}: {v}"
+                for k, v in sorted(COUNTS.items())
+                if k.startswith(("tolerated", "late", "dead"))
+            )
             + "\n"
         )
         sys.stdout.write(line)

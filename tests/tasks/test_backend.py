@@ -408,3 +408,16 @@ def test_a_tasks_error_is_stored_by_its_public_name_and_an_old_module_path_reads
     error = tasks.gives_up.get_backend().get_result(failed.id).errors[0]
     assert error.exception_class_path == "django_jobs.LeaseLost"
     assert error.exception_class is LeaseLost
+
+
+def test_a_backend_with_expires_in_gives_each_task_a_start_by_deadline() -> None:
+    backend = JobsBackend(
+        "expiring", {"BACKEND": "django_jobs.backend.JobsBackend", "OPTIONS": {"EXPIRES_IN": 600}}
+    )
+    assert backend.problems == [] and backend.expires_in == 600
+    result = backend.enqueue(tasks.add, (2, 3), {})
+    job = Job.objects.get(id=int(result.id))
+    assert job.start_by is not None
+    assert dt.timedelta(seconds=599) < job.start_by - job.created_at <= dt.timedelta(seconds=600)
+    bad = JobsBackend("bad", {"BACKEND": "django_jobs.backend.JobsBackend", "OPTIONS": {"EXPIRES_IN": 0}})
+    assert any("EXPIRES_IN" in problem for problem in bad.problems)

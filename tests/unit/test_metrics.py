@@ -124,3 +124,17 @@ def test_each_label_keeps_its_first_values_and_counts_later_ones_as_other(
     }
     assert got[("django_jobs_run_seconds_count", (("queue", "other"), ("type", "emails.send")))] == 7
     assert got[("django_jobs_enqueued_total", (("queue", "other"), ("type", "emails.send")))] == 2
+
+
+def test_jobs_expired_are_counted_by_who_ended_them_and_not_as_lost(registry: CollectorRegistry) -> None:
+    from django_jobs.errors import ErrorCode
+    from django_jobs.maintenance.reaper import ReapResult
+
+    metrics = Metrics(registry)
+    c = claim()
+    metrics.on_finished(Finished(c, None, ErrorCode.EXPIRED), None)  # ended by its start
+    metrics.on_reaped(ReapResult(expired=[("emails.send", "emails"), ("emails.send", "emails")]))
+    got = samples(registry)
+    assert got[("django_jobs_expired_total", (("by", "worker"), ("type", "emails.send")))] == 1
+    assert got[("django_jobs_expired_total", (("by", "reaper"), ("type", "emails.send")))] == 2
+    assert ("django_jobs_lost_total", (("queue", "emails"), ("type", "emails.send"))) not in got

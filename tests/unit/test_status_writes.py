@@ -264,6 +264,10 @@ ARROWS = {
     ("transitions/outcomes.py", "_WRITE_OUTCOMES"): "o.status",
     ("transitions/recovery.py", "_RECOVER"): "d.status",
     ("transitions/operator.py", "_CANCEL_PENDING"): "'cancelled'",
+    # A start-by deadline passed: a claimed job at its start (never run: no execution to decide
+    # for), or a pending one by the reaper's pass.
+    ("transitions/expiry.py", "_EXPIRE_AT_START"): "'cancelled'",
+    ("transitions/expiry.py", "_EXPIRE_PENDING"): "'cancelled'",
     # Pending, or waiting for a workflow's step whose barrier is closed (its gate's).
     ("transitions/manual_retry.py", "_MANUAL_RETRY"): "CASE",
     ("transitions/operator.py", "_RESOLVE"): "%(to)s",
