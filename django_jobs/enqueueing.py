@@ -21,6 +21,8 @@ from django.db import connections, transaction
 
 from django_jobs import signals
 from django_jobs.conf import jobs_settings
+from django_jobs.durable import give_key
+from django_jobs.durable_rules import InvalidSignal, check_key
 from django_jobs.enqueue_options import (
     ConcurrencyKey,
     Item,
@@ -33,6 +35,7 @@ from django_jobs.enqueue_options import (
     validate_options,
 )
 from django_jobs.enqueue_rows import COLUMNS, job_from_row, job_maker, unsaved_jobs
+from django_jobs.errors import InvalidOption
 from django_jobs.models import Job
 from django_jobs.observe import metrics, tracing
 from django_jobs.transitions import enqueue as enqueue_sql
@@ -63,6 +66,7 @@ def enqueue(
     max_attempts: int | None = None,
     unique_key: str | None = None,
     concurrency_key: str | None = None,
+    signal_key: str | None = None,
 ) -> Job:
     """Create one pending job and return its row.
 
@@ -73,10 +77,18 @@ def enqueue(
     that job is returned. With ``concurrency_key`` (default: the type's ``concurrency_key``
     function of the payload, if it has one), at most the type's ``concurrency_limit`` jobs of
     this type with that key run at once; the others wait, pending, without using attempts.
+    With ``signal_key`` (``"stripe:pi_123"``), ``django_jobs.signal(signal_key, ...)`` reaches
+    this job's ``ctx.wait_for()`` (docs/durable-jobs.md); a key addresses one job.
 
     Raises ``UnknownJobType``, ``InvalidPayload``, ``PayloadTooLarge`` or ``InvalidOption``
-    (all subclasses of ``EnqueueError``, itself a ``ValueError``) before writing anything.
+    (all subclasses of ``EnqueueError``, itself a ``ValueError``) before writing anything, and
+    ``InvalidOption`` for a bad ``signal_key`` or one another job has (then nothing is kept).
     """
+    if signal_key is not None:
+        return _enqueue_addressed(
+            type_or_handler, payload, signal_key, queue=queue, priority=priority, run_at=run_at,
+            delay=delay, max_attempts=max_attempts, unique_key=unique_key, concurrency_key=concurrency_key,
+        )  # fmt: skip
     return enqueue_many(
         type_or_handler,
         [payload],
@@ -88,6 +100,22 @@ def enqueue(
         unique_key=unique_key,
         concurrency_key=concurrency_key,
     )[0]
+
+
+def _enqueue_addressed(type_or_handler: TypeRef, payload: dict[str, Any], key: str, **options: Any) -> Job:
+    """:func:`enqueue` of a job given signal key ``key``: both in one transaction, or neither."""
+    try:
+        check_key(key)
+    except InvalidSignal as exc:
+        raise InvalidOption(str(exc)) from None
+    with transaction.atomic(using=jobs_settings.DATABASE):
+        job = enqueue_many(type_or_handler, [payload], **options)[0]
+        if job.pk is not None:  # None: enqueued_jobs() kept it out of the database
+            try:
+                give_key(job.pk, key)
+            except InvalidSignal as exc:
+                raise InvalidOption(f"{exc}; nothing was enqueued") from None
+    return job
 
 
 def enqueue_many(

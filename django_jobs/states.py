@@ -122,3 +122,5 @@ class EventKind(models.TextChoices):
     STOPPED = "stopped", "Stopped by its workflow"
     #: A stopped step waiting again: an operator retried the job that stopped it.
     RESUMED = "resumed", "Resumed: waits again"
+    #: A durable job that sleeps or waits for a signal: pending, due at its wake time or timeout.
+    SUSPENDED = "suspended", "Suspended: sleeps or waits for a signal"

@@ -673,3 +673,7 @@ def model_review(ctx: JobContext, payload: dict[str, Any]) -> dict[str, int]:
 def model_reconciled(ctx: JobContext, payload: dict[str, Any]) -> dict[str, int]:
     """The model's job outside the database that asks its provider (MODEL_RECONCILE)."""
     return _scripted(ctx, payload)
+
+
+# The durable job types live in their own module; importing it registers them with these.
+from testproject.testjobs import durable_jobs  # noqa: E402, F401
