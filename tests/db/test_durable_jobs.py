@@ -5,16 +5,20 @@ end the execution, waits that a signal ends, and the bad input each refuses (doc
 from __future__ import annotations
 
 import datetime as dt
+import time
 from typing import Any
 
 import pytest
 from django.db import transaction
+from django.db.models.functions import Now
 from django.test import TestCase
 
 from django_jobs import InvalidOption, InvalidSignal, UnknownSignalKey, enqueue, signal
 from django_jobs.models import Job, JobEvent, JobSignal, JobStep, SignalKey
+from django_jobs.observe.diagnosis import Reason, explain
 from django_jobs.states import EventKind, JobStatus
 from django_jobs.testing import assert_steps, deliver, recorded_steps, run_durable, run_one, wake, where
+from django_jobs.transitions import prune
 from testproject.testjobs.durable_jobs import DurableCrash
 from testproject.testjobs.models import EffectLog
 
@@ -198,3 +202,60 @@ class Signals(TestCase):
             job = durable(f"to{timeout}", [["wait", "paid", timeout]])
             ended = run_durable(job)
             assert (ended.status, ended.last_error_code) == (JobStatus.FAILED, "STEP_INVALID"), timeout
+
+
+@pytest.mark.django_db(transaction=True)
+class TestExplain:
+    def test_a_sleeping_job_says_until_when(self) -> None:
+        job = durable("ex1", [["step", "one"], ["sleep", 7200]])
+        run_durable(job)
+        why = explain(job.id)
+        assert why.reason == Reason.SLEEPING
+        assert why.sentence.startswith("It is sleeping until ")
+        assert "(in 1h 59m" in why.sentence or "(in 2h 0m" in why.sentence
+
+    def test_a_waiting_job_says_which_signal_on_which_key_since_when_and_its_timeout(self) -> None:
+        job = enqueue(
+            "test.durable", {"run": "ex2", "script": [["wait", "paid", 3600]]}, signal_key="stripe:pi_1"
+        )
+        run_durable(job)
+        why = explain(job.id)
+        assert why.reason == Reason.WAITING_FOR_SIGNAL
+        assert "waiting for signal `paid` on key `stripe:pi_1` since " in why.sentence
+        assert ", times out at " in why.sentence
+        signal("stripe:pi_1", "paid", {})
+        assert explain(job.id).reason != Reason.WAITING_FOR_SIGNAL  # due now
+        assert run_durable(job).status == JobStatus.COMPLETED
+
+    def test_a_wait_times_out_and_the_handler_decides(self) -> None:
+        job = enqueue("test.durable", {"run": "ex3", "script": [["wait", "paid", 0.5]]}, signal_key="k:3")
+        waiting = run_durable(job)
+        assert waiting.status == JobStatus.PENDING
+        deadline = time.monotonic() + 10
+        while run_one() is None:
+            assert time.monotonic() < deadline, "the wait did not time out"
+            time.sleep(0.05)
+        ended = Job.objects.get(id=job.id)
+        assert (ended.status, ended.return_value) == (JobStatus.COMPLETED, ["timed out"])
+        assert [s.state for s in recorded_steps(job)] == ["timed out"]
+        # A signal after the timeout is kept, and changes nothing.
+        assert signal("k:3", "paid", {}) is True
+        assert Job.objects.get(id=job.id).status == JobStatus.COMPLETED
+
+    def test_a_sleep_of_a_second_ends_by_itself(self) -> None:
+        job = durable("ex4", [["step", "one"], ["sleep", 0.3], ["step", "two"]])
+        run_durable(job)
+        deadline = time.monotonic() + 10
+        while run_one() is None:
+            assert time.monotonic() < deadline, "the sleep did not end"
+            time.sleep(0.05)
+        assert Job.objects.get(id=job.id).status == JobStatus.COMPLETED
+        assert effects("ex4") == {"one": 1, "two": 1}
+
+    def test_retention_removes_a_durable_jobs_records_with_it(self) -> None:
+        job = enqueue("test.durable", {"run": "ex5", "script": [["step", "one"]]}, signal_key="k:5")
+        signal("k:5", "unused", 1)
+        run_durable(job)
+        Job.objects.filter(id=job.id).update(finished_at=Now() - dt.timedelta(days=400))
+        assert prune(JobStatus.COMPLETED, 3600, 100).deleted == 1
+        assert not (JobStep.objects.exists() or JobSignal.objects.exists() or SignalKey.objects.exists())
