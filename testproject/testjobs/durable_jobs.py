@@ -12,8 +12,10 @@ import os
 import signal
 from typing import Any
 
-from django_jobs import JobContext, SignalTimeout, job
+from django_jobs import Backoff, JobContext, SignalTimeout, job
 from testproject.testjobs.models import EffectLog
+
+FAST = Backoff(base=0.05, cap=0.2, jitter=0.5)
 
 
 class DurableCrash(BaseException):
@@ -37,7 +39,7 @@ def effect(ctx: JobContext, payload: dict[str, Any], name: str) -> str:
     return name
 
 
-@job("test.durable", max_attempts=30, external=False)
+@job("test.durable", max_attempts=40, backoff=FAST, external=False)
 def scripted(ctx: JobContext, payload: dict[str, Any]) -> list[Any]:
     """Runs ``payload["script"]``: ``["step", name]``, ``["sleep", seconds]``,
     ``["sleep_until", iso]``, ``["wait", name, timeout]``, ``["bad_step", name]`` (a result that
@@ -62,7 +64,7 @@ def scripted(ctx: JobContext, payload: dict[str, Any]) -> list[Any]:
     return done
 
 
-@job("test.order_flow", max_attempts=5, external=False)
+@job("test.order_flow", max_attempts=5, backoff=FAST, external=False)
 def order_flow(ctx: JobContext, payload: dict[str, Any]) -> dict[str, Any]:
     """Charge → wait for ``paid`` → ship → sleep → e-mail (views.py enqueues and signals it)."""
     ctx.step("charge", effect, ctx, payload, "charge")
