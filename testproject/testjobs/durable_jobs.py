@@ -43,13 +43,15 @@ def effect(ctx: JobContext, payload: dict[str, Any], name: str) -> str:
 def scripted(ctx: JobContext, payload: dict[str, Any]) -> list[Any]:
     """Runs ``payload["script"]``: ``["step", name]``, ``["sleep", seconds]``,
     ``["sleep_until", iso]``, ``["wait", name, timeout]``, ``["bad_step", name]`` (a result that
-    is not JSON); before each entry, ``crash_plan`` may kill the attempt (``before:<name>``)."""
+    is not JSON), ``["secret_step", name]`` (a result with an API key); before each entry, ``crash_plan`` may kill the attempt (``before:<name>``)."""
     done: list[Any] = []
     for entry in payload["script"]:
         kind, name = entry[0], entry[1]
         crash_at(ctx, payload, f"before:{name}")
         if kind == "step":
             done.append(ctx.step(name, effect, ctx, payload, name))
+        elif kind == "secret_step":  # a result with a secret in it, for the console's mask
+            done.append(ctx.step(name, lambda: {"charge": 7, "api_key": "sk_live_51Hx"}))
         elif kind == "bad_step":
             done.append(ctx.step(name, lambda: {1, 2}))
         elif kind == "sleep":  # "inf" and "nan" stand for the floats JSON cannot carry
