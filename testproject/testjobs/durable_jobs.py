@@ -43,7 +43,8 @@ def effect(ctx: JobContext, payload: dict[str, Any], name: str) -> str:
 def scripted(ctx: JobContext, payload: dict[str, Any]) -> list[Any]:
     """Runs ``payload["script"]``: ``["step", name]``, ``["sleep", seconds]``,
     ``["sleep_until", iso]``, ``["wait", name, timeout]``, ``["bad_step", name]`` (a result that
-    is not JSON), ``["secret_step", name]`` (a result with an API key); before each entry, ``crash_plan`` may kill the attempt (``before:<name>``)."""
+    is not JSON), ``["secret_step", name]`` (a result with an API key); before each entry,
+    ``crash_plan`` may kill the attempt (``before:<name>``)."""
     done: list[Any] = []
     for entry in payload["script"]:
         kind, name = entry[0], entry[1]
