@@ -647,6 +647,10 @@ def _scripted(ctx: JobContext, payload: dict[str, Any]) -> dict[str, int]:
         raise SkipJob("told to skip")
     if outcome == "cancelled":
         raise JobCancelled("told to stop")
+    if outcome == "sleep":  # a durable sleep: ends the execution, pending for an hour
+        ctx.sleep(3600)
+    if outcome == "wait":  # a durable wait for signal "go" (the model's signal rule sends it)
+        ctx.wait_for("go", timeout=3600)
     return {"job": ctx.job_id}
 
 
