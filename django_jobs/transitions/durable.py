@@ -248,7 +248,9 @@ def wake_signalled(parked: list[tuple[int, uuid.UUID, str | None]]) -> int:
 
 
 # A sleeping job woken by hand (tests; an operator): the sleep's wake time becomes now, so the
-# replay goes on past it, and the job is due now. Guarded by (id, execution_id, pending).
+# replay goes on past it, and the job is due now (unless it is already: an operator's retry of a
+# sleeping job it cancelled made it due, its sleep still ahead). Guarded by (id, execution_id,
+# pending); an operator's retry leaves no execution, hence IS NOT DISTINCT FROM.
 _WAKE = """
 WITH parked AS (
     SELECT id, execution_id FROM django_jobs_job WHERE id = %(job)s AND status = 'pending'
@@ -259,11 +261,11 @@ WITH parked AS (
     RETURNING s.job_id
 ), woken AS (
     UPDATE django_jobs_job j SET available_at = now(), ready = true FROM parked p
-    WHERE j.id = p.id AND j.execution_id = p.execution_id AND j.status = 'pending'
-      AND EXISTS (SELECT 1 FROM slept)
+    WHERE j.id = p.id AND j.execution_id IS NOT DISTINCT FROM p.execution_id AND j.status = 'pending'
+      AND j.available_at > now() AND EXISTS (SELECT 1 FROM slept)
     RETURNING j.queue
 )
-SELECT count(pg_notify('django_jobs', queue)) FROM woken
+SELECT (SELECT count(*) FROM slept), (SELECT count(pg_notify('django_jobs', queue)) FROM woken)
 """
 
 
