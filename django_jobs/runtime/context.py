@@ -20,7 +20,7 @@ from django_jobs.conf import jobs_settings
 from django_jobs.errors import DeadlineExceeded, JobCancelled, class_path
 from django_jobs.jsonvalues import check_progress, checkpoint_json, progress_json
 from django_jobs.reads import workflows as workflow_reads
-from django_jobs.runtime.durable import DurableSteps
+from django_jobs.runtime.durable import DurableSteps, atomic_depth
 from django_jobs.runtime.lease import Lease
 from django_jobs.runtime.side_writes import InlineWriter, SideWriter
 
@@ -84,6 +84,7 @@ class JobContext(DurableSteps):
         #: When the execution is treated as timed out, in the database's time; or None.
         self.deadline: dt.datetime | None = lease.deadline_at()
         self._last_progress = 0.0
+        self._atomic_at_start = atomic_depth()
 
     def _lost(self) -> LeaseLost:
         self._lease.lost = True

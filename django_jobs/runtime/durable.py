@@ -23,7 +23,7 @@ from collections.abc import Callable
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, connections, transaction
 
 from django_jobs.conf import jobs_settings
 from django_jobs.durable_rules import (
@@ -61,6 +61,8 @@ class DurableSteps:
     job_id: int
     type: str
     execution_id: uuid.UUID
+    #: The jobs connection's transaction state when the handler began (see _not_in_a_transaction).
+    _atomic_at_start: tuple[bool, int] = (False, 0)
     _records: list[records.Recorded] | None = None
     _position: int = 0
     _names: set[str]
@@ -187,6 +189,7 @@ class DurableSteps:
         if isinstance(seconds, dt.timedelta):
             seconds = duration(seconds, "sleep")
         how_long, wake_at = sleep_seconds(seconds, until)
+        self._not_in_a_transaction("ctx.sleep()")
         label = check_name(name if name is not None else f"sleep#{self._position + 1}", "sleep")
         found = self._next(label, "sleep")
         if found is not None:
@@ -207,6 +210,16 @@ class DurableSteps:
         if left > 0:
             raise Suspended(left, {"sleep": label, "until": until_at.isoformat() if until_at else None})
 
+    def _not_in_a_transaction(self, what: str) -> None:
+        """Refuse a sleep or wait inside a transaction the handler opened: ending the execution
+        rolls it back, and with it the steps recorded in it and the sleep's own record, so the
+        replay would run them again and sleep again, for ever."""
+        if atomic_depth() != self._atomic_at_start:
+            raise InvalidStep(
+                f"{what} inside transaction.atomic(): it ends the execution, which would roll back the "
+                "steps recorded in that transaction; sleep or wait outside it. Nothing was written"
+            )
+
     # ---- signals ----------------------------------------------------------------------------
 
     def wait_for(self, name: str, *, timeout: float | dt.timedelta) -> Any:
@@ -223,6 +236,7 @@ class DurableSteps:
         (nothing written), and as :meth:`step`.
         """
         check_name(name, "signal")
+        self._not_in_a_transaction("ctx.wait_for()")
         limit = duration(timeout, "wait's timeout")
         if limit <= 0:
             raise InvalidStep("a wait's timeout must be more than 0 seconds; nothing was written")
@@ -249,6 +263,12 @@ class DurableSteps:
         def external_call(self, name: str) -> AbstractContextManager[None]: ...
         def raise_if_cancelled(self) -> None: ...
         def _lost(self) -> BaseException: ...
+
+
+def atomic_depth() -> tuple[bool, int]:
+    """Whether the jobs connection is in a transaction, and how many savepoints deep."""
+    connection = connections[jobs_settings.DATABASE]
+    return connection.in_atomic_block, len(connection.savepoint_ids)
 
 
 def _decoded(text: str | None) -> Any:

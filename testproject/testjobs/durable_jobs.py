@@ -12,6 +12,8 @@ import os
 import signal
 from typing import Any
 
+from django.db import transaction
+
 from django_jobs import Backoff, JobContext, SignalTimeout, job
 from testproject.testjobs.models import EffectLog
 
@@ -57,6 +59,10 @@ def scripted(ctx: JobContext, payload: dict[str, Any]) -> list[Any]:
             done.append(ctx.step(name, lambda: {1, 2}))
         elif kind == "sleep":  # "inf" and "nan" stand for the floats JSON cannot carry
             ctx.sleep(float(name) if name in ("inf", "nan") else name)
+        elif kind == "sleep_in_a_transaction":
+            with transaction.atomic():
+                done.append(ctx.step(f"{name}-step", effect, ctx, payload, f"{name}-step"))
+                ctx.sleep(60)
         elif kind == "sleep_until":
             ctx.sleep(until=dt.datetime.fromisoformat(name))
         elif kind == "wait":

@@ -130,6 +130,14 @@ class Sleeps(TestCase):
         naive = durable("naive", [["sleep_until", "2030-01-01T00:00:00"]])
         assert run_durable(naive).last_error_code == "STEP_INVALID"
 
+    def test_a_sleep_inside_a_transaction_of_the_handler_is_refused_and_rolls_its_steps_back(self) -> None:
+        job = durable("in-tx", [["step", "one"], ["sleep_in_a_transaction", "two"]])
+        ended = run_durable(job)
+        assert (ended.status, ended.last_error_code) == (JobStatus.FAILED, "STEP_INVALID")
+        assert "inside transaction.atomic()" in (ended.last_error or "")
+        assert effects("in-tx") == {"one": 1}
+        assert_steps(job, ["one"])
+
     def test_wake_refuses_a_job_that_does_not_sleep(self) -> None:
         job = durable("w", [["step", "one"]])
         with pytest.raises(AssertionError, match="does not sleep"):
