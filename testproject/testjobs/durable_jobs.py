@@ -86,3 +86,15 @@ def order_flow(ctx: JobContext, payload: dict[str, Any]) -> dict[str, Any]:
     ctx.sleep(payload.get("sleep", 3))
     ctx.step("email", effect, ctx, payload, "email")
     return {"paid": paid}
+
+
+@job("test.durable_steps", external=False)
+def durable_steps(ctx: JobContext, payload: dict[str, Any]) -> int:
+    """``payload["steps"]`` steps that do nothing but be recorded, a sleep of ``payload["pause"]``
+    seconds after each one but the last when it is given (bench/durable_cost.py)."""
+    total = 0
+    for n in range(payload["steps"]):
+        total += ctx.step(f"s{n}", int, n)
+        if payload.get("pause") and n < payload["steps"] - 1:
+            ctx.sleep(payload["pause"], name=f"pause{n}")
+    return total
