@@ -202,7 +202,7 @@ def observe_queues_through_otel() -> str | None:
     if not otel_metrics.configured():
         return (
             "needs a meter provider, set before the command runs: by opentelemetry-instrument, or"
-            ' in the settings (docs/operations/tracing.md, "Metrics through OpenTelemetry")'
+            " in the settings (docs/operations/tracing.md, \"Metrics through OpenTelemetry\")"
         )
     otel_metrics.observe_queues()
     return None

@@ -13,7 +13,9 @@ from django.db import connections, transaction
 from django_jobs.conf import jobs_settings
 from django_jobs.transitions.operator import ActionRefused
 
-_LOCK_OPEN = "SELECT opened_at FROM django_jobs_restorehold WHERE id = %s AND released_at IS NULL FOR UPDATE"
+_LOCK_OPEN = (
+    "SELECT opened_at FROM django_jobs_restorehold WHERE id = %s AND released_at IS NULL FOR UPDATE"
+)
 _RELEASE = """
 UPDATE django_jobs_restorehold SET released_at = now(), released_by = %(actor)s,
     release_reason = %(reason)s, settled = %(settled)s
