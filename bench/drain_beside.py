@@ -2,6 +2,7 @@
 
 ``.venv/bin/python bench/drain_beside.py [--due 10000] [--later 990000] [--foreign 100000]
 [--unreadable 1000000] [--unreadable-version 2] [--rate-limited 100000] [--paused 1000000]
+[--sleeping 100000]
 [--only SCENARIO ...]
 [--reps 3] [--json]``
 
@@ -20,6 +21,9 @@ claimable ``test.noop`` jobs are drained by ``manage.py runjobs --burst`` with t
   claims, and its jobs wait;
 - ``beside_paused``: besides them, ``--paused`` due ``test.noop`` jobs, older than the due
   ones, in a queue an operator paused (``reports``): the backlog that grows during an incident;
+- ``beside_sleeping_and_waiting``: besides them, ``--sleeping`` durable ``test.noop`` jobs, half
+  asleep until an hour from now, half waiting for a signal that times out in two, at a higher
+  priority, each with its step record: the rows ``ctx.sleep`` and ``ctx.wait_for`` leave;
 - ``beside_unreadable``: besides them, ``--unreadable`` due ``test.noop`` jobs, older than the
   due ones, of a payload version newer than the worker reads. The default, 2, is the next
   version of ``test.noop`` (which reads version 1): the payloads a rolling deploy's new code
@@ -69,6 +73,15 @@ _FILL = (
 # The due jobs, and the id range the poll counts.
 _FILL_DUE = f"WITH made AS ({_FILL} RETURNING id) SELECT min(id), max(id), count(*) FROM made"
 _DUE = {"queue": "default", "type": "test.noop", "version": 1, "priority": 0, "offset": -60.0}
+# Each sleeping or waiting job's record: one step row, as ctx.sleep / ctx.wait_for leave it.
+_FILL_DURABLE = (
+    "INSERT INTO django_jobs_jobstep"
+    " (job_id, sequence, name, kind, until, timed_out, execution_id, created_at)"
+    " SELECT id, 1, CASE WHEN %(kind)s = 'sleep' THEN 'sleep#1' ELSE 'paid' END, %(kind)s, available_at,"
+    " false, gen_random_uuid(), now() FROM django_jobs_job"
+    " WHERE status = 'pending' AND available_at > now() + make_interval(secs => %(from)s)"
+    " AND NOT EXISTS (SELECT 1 FROM django_jobs_jobstep s WHERE s.job_id = django_jobs_job.id)"
+)
 #: The queue an operator paused in ``beside_paused``.
 PAUSED_QUEUE = "reports"
 
@@ -105,6 +118,24 @@ def beside(args: argparse.Namespace) -> dict[str, list[dict[str, object]]]:
         ],
         "beside_paused": [
             {"queue": PAUSED_QUEUE, "type": "test.noop", "priority": 0, "offset": -3600.0, "n": args.paused},
+        ],
+        # Durable jobs asleep or parked in a wait: pending, due at their wake time or timeout,
+        # at a higher priority, each with its step record (docs/durable-jobs.md).
+        "beside_sleeping_and_waiting": [
+            {
+                "type": "test.noop",
+                "priority": 10,
+                "offset": 3600.0,
+                "n": args.sleeping // 2,
+                "durable": "sleep",
+            },
+            {
+                "type": "test.noop",
+                "priority": 10,
+                "offset": 7200.0,
+                "n": args.sleeping // 2,
+                "durable": "wait",
+            },
         ],
     }
 
@@ -143,6 +174,8 @@ def run(name: str, rows: list[dict[str, object]], args: argparse.Namespace, url:
     execute("DELETE FROM django_jobs_queue_state")
     for fill in rows:
         execute(_FILL, {"queue": "default", "version": 1, "key": None, "key_limit": None, **fill})
+        if fill.get("durable"):
+            execute(_FILL_DURABLE, {"kind": fill["durable"], "from": float(str(fill["offset"])) - 60})
         if fill.get("queue") == PAUSED_QUEUE:
             execute(
                 "INSERT INTO django_jobs_queue_state (name, paused_at, paused_by, reason)"
@@ -188,6 +221,7 @@ def main() -> None:
     add("--rate-limited", type=int, default=100_000, help="due jobs of a type limited to 20 starts/s")
     add("--busy-key", type=int, default=100_000, help="due jobs of one concurrency key (limit 2)")
     add("--paused", type=int, default=1_000_000, help="due test.noop jobs of a paused queue")
+    add("--sleeping", type=int, default=100_000, help="durable jobs asleep (half) or waiting (half)")
     add("--only", nargs="*", help="scenarios to run (alone is always run: the ratios divide by it)")
     add("--reps", type=int, default=3, help="drains per scenario (the median is printed)")
     add("--json", action="store_true", help="print a JSON line of the results at the end")

@@ -6,6 +6,13 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from django_jobs.backoff import Backoff
+from django_jobs.durable_rules import (
+    InvalidSignal,
+    InvalidStep,
+    ReplayMismatch,
+    SignalTimeout,
+    UnknownSignalKey,
+)
 from django_jobs.effects import compare_and_set, once
 from django_jobs.errors import (
     DeadlineExceeded,
@@ -36,6 +43,7 @@ if TYPE_CHECKING:
     from django_jobs.console.bulk import cancel_matching, matching, retry_matching, stop_operation
     from django_jobs.console.job_filter import InvalidFilter, JobFilter, parse_moment
     from django_jobs.console.pausing import pause_queue, resume_queue
+    from django_jobs.durable import signal
     from django_jobs.enqueueing import enqueue, enqueue_many
     from django_jobs.reads.queues import QueueDepth, queue_depth
     from django_jobs.runtime.worker import Worker
@@ -59,6 +67,8 @@ __all__ = [
     "InvalidOption",
     "InvalidPayload",
     "InvalidProgress",
+    "InvalidSignal",
+    "InvalidStep",
     "InvalidWorkflow",
     "JobCancelled",
     "JobContext",
@@ -70,11 +80,14 @@ __all__ = [
     "QueueDepth",
     "RateLimitedError",
     "Reconciliation",
+    "ReplayMismatch",
     "RetryableError",
+    "SignalTimeout",
     "SkipJob",
     "Step",
     "UnknownJobType",
     "UnknownQueue",
+    "UnknownSignalKey",
     "Worker",
     "cancel",
     "cancel_matching",
@@ -94,6 +107,7 @@ __all__ = [
     "resume_queue",
     "retry",
     "retry_matching",
+    "signal",
     "stop_operation",
 ]
 
@@ -102,6 +116,10 @@ def __getattr__(name: str) -> Any:
     # enqueue, the queue functions and the operator's actions import the models, which cannot
     # load before the app registry is ready; keeping them lazy lets settings and jobs.py modules import
     # `from django_jobs import job` freely.
+    if name == "signal":
+        from django_jobs import durable
+
+        return durable.signal
     if name in ("enqueue", "enqueue_many"):
         from django_jobs import enqueueing as module
 

@@ -27,6 +27,9 @@ hold whoever ends the execution, and each is written once:
    never runs again blindly, since it would most likely report the same thing. What it reported
    is lost, so its effect may have happened: it ends ``cancelled`` when cancellation was
    requested (rule 2), parked when the type forbids a blind retry (rule 4), else ``failed``.
+7. A durable handler that sleeps or waits for a signal goes back to ``pending``, due at its wake
+   time or its timeout (the delay it asked for, clamped to a year), uncounted: it did not fail
+   — unless cancellation was requested (rule 2).
 """
 
 from __future__ import annotations
@@ -61,6 +64,7 @@ class Happened(enum.Enum):
     NOT_STARTED = "not_started"  # claimed, but the handler never began
     OUTAGE = "outage"  # the handler ran, and lost the jobs database under it
     UNSTORABLE = "unstorable"  # it ended, and the database refused to store its outcome
+    SUSPENDED = "suspended"  # a durable handler sleeps or waits for a signal (runtime/durable.py)
 
 
 #: Executions that ended without saying whether their side effect happened.
@@ -131,6 +135,13 @@ def decide(situation: Situation, backoff: Callable[[], Backoff], rng: Random = r
         return Decision(JobStatus.PENDING, EventKind.RELEASED, False, reason=why)
     if s.happened is Happened.COMPLETED:
         return Decision(JobStatus.COMPLETED, None, True)
+    if s.happened is Happened.SUSPENDED:
+        if s.cancel_requested:
+            return Decision(JobStatus.CANCELLED, EventKind.CANCELLED, False, reason="cancel requested")
+        delay = s.retry_after if s.retry_after is not None and math.isfinite(s.retry_after) else 0.0
+        return Decision(
+            JobStatus.PENDING, EventKind.SUSPENDED, False, min(max(0.0, delay), MAX_RETRY_DELAY), "suspended"
+        )
     if s.happened is Happened.RECONCILED_DONE:
         return Decision(JobStatus.COMPLETED, EventKind.RECONCILED, True, reason="effect already done")
     if s.happened is Happened.SKIPPED:

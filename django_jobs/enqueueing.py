@@ -21,6 +21,8 @@ from django.db import connections, transaction
 
 from django_jobs import signals
 from django_jobs.conf import jobs_settings
+from django_jobs.durable import give_key
+from django_jobs.durable_rules import InvalidSignal, check_key
 from django_jobs.enqueue_controls import asked, debounce_job, taken_in_window, validate_controls
 from django_jobs.enqueue_options import (
     ConcurrencyKey,
@@ -34,6 +36,7 @@ from django_jobs.enqueue_options import (
     validate_options,
 )
 from django_jobs.enqueue_rows import COLUMNS, job_from_row, job_maker, unsaved_jobs
+from django_jobs.errors import InvalidOption
 from django_jobs.models import Job
 from django_jobs.observe import metrics, tracing
 from django_jobs.transitions import enqueue as enqueue_sql
@@ -75,6 +78,7 @@ def enqueue(
     debounce: float | dt.timedelta | None = None,
     debounce_key: str | None = None,
     debounce_keep: str | None = None,
+    signal_key: str | None = None,
 ) -> Job:
     """Create one pending job and return its row.
 
@@ -85,6 +89,8 @@ def enqueue(
     that job is returned. With ``concurrency_key`` (default: the type's ``concurrency_key``
     function of the payload, if it has one), at most the type's ``concurrency_limit`` jobs of
     this type with that key run at once; the others wait, pending, without using attempts.
+    With ``signal_key`` (``"stripe:pi_123"``), ``django_jobs.signal(signal_key, ...)`` reaches
+    this job's ``ctx.wait_for()`` (docs/durable-jobs.md); a key addresses one job.
 
     The producer's controls (docs/writing-jobs.md), each costing nothing when not given:
 
@@ -104,9 +110,19 @@ def enqueue(
     lock held until the caller's transaction ends, so exactly one job results.
 
     Raises ``UnknownJobType``, ``InvalidPayload``, ``PayloadTooLarge`` or ``InvalidOption``
-    (all subclasses of ``EnqueueError``, itself a ``ValueError``) before writing anything.
+    (all subclasses of ``EnqueueError``, itself a ``ValueError``) before writing anything, and
+    ``InvalidOption`` for a bad ``signal_key`` or one another job has (then nothing is kept).
     """
     given = (unique_for, start_by, expires_in, debounce, debounce_key, debounce_keep)
+    if signal_key is not None:
+        if (debounce, debounce_key, debounce_keep) != (None, None, None):
+            # A debounced enqueue may update a job made before; a signal key names the one it makes.
+            raise InvalidOption("signal_key cannot be combined with debounce: a key addresses one job")
+        return _enqueue_addressed(
+            type_or_handler, payload, signal_key, queue=queue, priority=priority, run_at=run_at,
+            delay=delay, max_attempts=max_attempts, unique_key=unique_key, concurrency_key=concurrency_key,
+            unique_for=unique_for, start_by=start_by, expires_in=expires_in,
+        )  # fmt: skip
     return _enqueue(
         type_or_handler,
         [payload],
@@ -119,6 +135,22 @@ def enqueue(
         concurrency_key=concurrency_key,
         controls=None if given == _NOTHING_GIVEN else asked(**dict(zip(_CONTROLS, given, strict=True))),
     )[0]
+
+
+def _enqueue_addressed(type_or_handler: TypeRef, payload: dict[str, Any], key: str, **options: Any) -> Job:
+    """:func:`enqueue` of a job given signal key ``key``: both in one transaction, or neither."""
+    try:
+        check_key(key)
+    except InvalidSignal as exc:
+        raise InvalidOption(str(exc)) from None
+    with transaction.atomic(using=jobs_settings.DATABASE):
+        job = enqueue_many(type_or_handler, [payload], **options)[0]
+        if job.pk is not None:  # None: enqueued_jobs() kept it out of the database
+            try:
+                give_key(job.pk, key)
+            except InvalidSignal as exc:
+                raise InvalidOption(f"{exc}; nothing was enqueued") from None
+    return job
 
 
 def enqueue_many(

@@ -248,6 +248,8 @@ PUBLIC_EXCEPTIONS = frozenset({
     "InvalidOption", "InvalidPayload", "InvalidProgress", "InvalidWorkflow", "JobCancelled",
     "JobNotFound", "LeaseLost", "PayloadTooLarge", "PermanentError", "RateLimitedError",
     "RetryableError", "SkipJob", "UnknownJobType", "UnknownQueue",
+    # durable jobs (``durable_rules``)
+    "InvalidSignal", "InvalidStep", "ReplayMismatch", "SignalTimeout", "UnknownSignalKey",
 })  # fmt: skip
 
 

@@ -125,3 +125,5 @@ class EventKind(models.TextChoices):
     #: Not started by its start-by deadline: cancelled, code ``EXPIRED`` (the worker's start
     #: path, or the reaper's pass for a pending job).
     EXPIRED = "expired", "Expired: not started by its deadline"
+    #: A durable job that sleeps or waits for a signal: pending, due at its wake time or timeout.
+    SUSPENDED = "suspended", "Suspended: sleeps or waits for a signal"

@@ -5,6 +5,10 @@
   ``TestCase`` (everything happens in the test's transaction) as well as outside one.
 - :func:`run_jobs` runs a real burst worker, on threads with their own connections: it needs
   committed jobs (``TransactionTestCase``); :func:`run_until_settled` runs either way.
+- Durable jobs (docs/durable-jobs.md; from ``django_jobs.testing_durable``, but this one):
+  :func:`run_durable` runs a job to its next sleep or wait, :func:`wake` ends its sleep,
+  :func:`deliver` sends it a signal, :func:`where` says where it is parked, and
+  :func:`assert_steps` / :func:`recorded_steps` check what it recorded.
 - :func:`enqueued_jobs` records what a block enqueues, and keeps it out of the queue;
   :func:`assert_enqueued` checks what it recorded, with a message that lists what was
   enqueued instead (both from ``django_jobs.recording``).
@@ -58,6 +62,7 @@ from django_jobs.stepping import (
     retry,
     save_checkpoint,
 )
+from django_jobs.testing_durable import assert_steps, deliver, recorded_steps, wake, where
 from django_jobs.transitions import Claim
 
 
@@ -156,6 +161,34 @@ def run_until_settled(
 _WORKER_ID = f"{socket.gethostname()}:testing"
 
 
+def run_durable(job: Job | int, *, limit: int = 20) -> Job:
+    """Run durable ``job`` here, execution after execution (:func:`run_one` of its type), until
+    it sleeps, waits or ends; return it as it stands. Raises ``AssertionError`` when it is not
+    due (it sleeps or waits: ``wake()`` or ``deliver()`` first), or still due after ``limit``
+    executions."""
+    job_id = job if isinstance(job, int) else job.pk
+    jobs = Job.objects.using(jobs_settings.DATABASE)
+    current = jobs.get(id=job_id)
+    ran = 0
+    while _due_now(job_id):
+        if ran >= limit:
+            raise AssertionError(f"job {job_id} is still due after {limit} executions")
+        if run_one(types=[current.type]) is None:
+            break
+        ran += 1
+    if ran == 0:
+        raise AssertionError(
+            f"job {job_id} is not due ({current.status}): {where(current) or 'nothing to run'}"
+        )
+    return jobs.get(id=job_id)
+
+
+def _due_now(job_id: int) -> bool:
+    now = Func(template="now()", output_field=DateTimeField())
+    jobs = Job.objects.using(jobs_settings.DATABASE)
+    return jobs.filter(id=job_id, status=JobStatus.PENDING, available_at__lte=now).exists()
+
+
 def _stuck(active: QuerySet[Job]) -> str:
     """The jobs the waiting ones wait for that are parked (``needs_review``), or a hint."""
     parked = Job.objects.using(jobs_settings.DATABASE).filter(
@@ -224,19 +257,25 @@ __all__ = [
     "Renewal",
     "Statement",
     "assert_enqueued",
+    "assert_steps",
     "capture_statements",
     "claim",
     "complete",
     "context",
+    "deliver",
     "enqueued_jobs",
     "fail",
     "give_back",
     "queue_rows",
+    "recorded_steps",
     "renew",
     "report_progress",
     "retry",
+    "run_durable",
     "run_jobs",
     "run_one",
     "run_until_settled",
     "save_checkpoint",
+    "wake",
+    "where",
 ]

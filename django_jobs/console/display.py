@@ -1,6 +1,6 @@
 """How the job admin shows a job: ages by the database's clock, JSON values as this viewer may
 see them (masked without ``view_sensitive_payload``), and the marks of its external calls in
-words."""
+words, and a durable job's steps with a masked preview of each result."""
 
 from __future__ import annotations
 
@@ -16,10 +16,30 @@ from django_jobs import masking
 from django_jobs.conf import jobs_settings
 from django_jobs.errors import public_class_path
 from django_jobs.models import ExternalCall, Job
+from django_jobs.reads.durable import StepRecord, steps
 from django_jobs.states import JobStatus
 
 #: The job page lists this many marks of external calls, newest first.
 CALLS_SHOWN = 50
+#: A durable step's result is previewed in this many characters at most.
+PREVIEW_CHARS = 120
+
+
+@dataclass(frozen=True)
+class StepShown:
+    record: StepRecord
+    #: Its result as JSON, masked as this viewer may see it, cut to ``PREVIEW_CHARS``.
+    preview: str
+
+
+def durable_steps(job: Job) -> list[StepShown]:
+    """A durable job's steps, sleeps and waits in order (none for another job)."""
+    shown = []
+    for record in steps(job.id, jobs_settings.DATABASE):
+        text = "—" if record.result is None else json.dumps(visible(job, record.result), ensure_ascii=False)
+        cut = text if len(text) <= PREVIEW_CHARS else text[: PREVIEW_CHARS - 1] + "…"
+        shown.append(StepShown(record, cut))
+    return shown
 
 
 @dataclass(frozen=True)

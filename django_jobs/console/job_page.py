@@ -14,7 +14,7 @@ from django.utils.http import urlencode
 
 from django_jobs import masking
 from django_jobs.conf import jobs_settings
-from django_jobs.console.display import duration, external_calls, json_block, read_now, visible
+from django_jobs.console.display import durable_steps, duration, external_calls, json_block, read_now, visible
 from django_jobs.console.job_actions import JobActionPages
 from django_jobs.console.pages import plain_refusal, read_page
 from django_jobs.errors import public_class_path
@@ -104,6 +104,7 @@ class JobPage(JobActionPages):
         if job is not None:
             context.update(self._history(request, job, int(before) if before else None))
             context["external_calls"] = external_calls(job)
+            context["durable_steps"] = durable_steps(job)
             context["diagnosis"] = diagnosis.explain(job)
             context["job_actions"] = [
                 (action, self.action_url(action.name, [job.id]))

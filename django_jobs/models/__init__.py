@@ -1,7 +1,8 @@
 """The tables of django_jobs, by role: ``jobs`` (the job table and its reads), ``coordination``
 (what workers coordinate through: paused queues, concurrency keys, rate windows, schedule ticks
 and state, live workers), ``workflows`` (workflows, their steps and what the steps wait for),
-``restore`` (the database's identity as workers saw it, restore holds), ``operations`` (an
+``restore`` (the database's identity as workers saw it, restore holds), ``durable`` (a
+durable job's steps, signals and signal key), ``operations`` (an
 operator's action on every job a filter matches) and ``audit`` (what happened: events, calls
 out, effects done, log entries owed).
 
@@ -30,6 +31,7 @@ from django_jobs.models.coordination import (
     TimestampArray,
     silence_threshold,
 )
+from django_jobs.models.durable import JobSignal, JobStep, SignalKey, StepKind
 from django_jobs.models.jobs import Job, JobQuerySet
 from django_jobs.models.operations import BulkAction, BulkOperation, BulkOperationJob, BulkOutcome, BulkState
 from django_jobs.models.restore import DatabaseIdentity, RestoreHold
@@ -49,6 +51,8 @@ __all__ = [
     "Job",
     "JobEvent",
     "JobQuerySet",
+    "JobSignal",
+    "JobStep",
     "LiveWorker",
     "PendingLogEntry",
     "ProcessedEffect",
@@ -60,6 +64,8 @@ __all__ = [
     "ScheduleEvent",
     "ScheduleState",
     "ScheduleTick",
+    "SignalKey",
+    "StepKind",
     "StepRole",
     "TimestampArray",
     "Workflow",

@@ -43,6 +43,10 @@ class Reason(enum.StrEnum):
     #: A restore hold is open and the job's type may act outside the database.
     RESTORE_HOLD = "restore_hold"
     BACKOFF = "backoff"
+    #: A durable job asleep (``ctx.sleep``) until its wake time.
+    SLEEPING = "sleeping"
+    #: A durable job parked in ``ctx.wait_for`` until its signal or its timeout.
+    WAITING_FOR_SIGNAL = "waiting_for_signal"
     DELAYED = "delayed"
     NO_WORKER = "no_worker"
     TYPE_UNKNOWN = "type_unknown"

@@ -2,7 +2,8 @@
 or a restore hold keeps its type waiting), then time (it is not due yet: a backoff, a delay, a
 job given back), then workers (none serves its queue, runs its type, or reads its payload
 version), then limits (its concurrency key is held, its type's rate window is full). With none
-of these, it is claimable and waits its turn.
+of these, it is claimable and waits its turn. A durable job that is not due sleeps or waits
+for a signal (``reads.durable``), which is said instead of a delay.
 
 Each reads the database through the models' managers: the queue's pause, the open restore
 hold, the job's latest event, the live-worker rows, the running holders of its key (the
@@ -28,6 +29,7 @@ from django_jobs.observe.reasons import (
     timestamp,
     worker_names,
 )
+from django_jobs.reads import durable as durable_reads
 from django_jobs.registry import registry
 from django_jobs.states import EventKind, JobStatus
 
@@ -98,6 +100,9 @@ def _restore_hold(job: Job, now: dt.datetime, db: str) -> Blocker | None:
 
 def _not_due(job: Job, now: dt.datetime, db: str) -> Blocker:
     wait = f"in {duration(job.available_at - now)} (at {timestamp(job.available_at)})"
+    parked = durable_reads.suspension(job.id, db)
+    if parked is not None:
+        return _suspended(parked, now)
     last = JobEvent.objects.using(db).filter(job_id=job.id).order_by("-id").first()
     if last is not None and last.kind == EventKind.RETRY_SCHEDULED:
         cause = f"with {last.error_code}" if last.error_code else "with an error"
@@ -110,6 +115,24 @@ def _not_due(job: Job, now: dt.datetime, db: str) -> Blocker:
         by = "the reaper" if last.kind == EventKind.RECOVERED else "its worker"
         return Blocker(Reason.DELAYED, f"It was given back by {by} and is not due before {wait[3:]}.")
     return Blocker(Reason.DELAYED, f"It was enqueued to run later: it is due {wait}.")
+
+
+def _suspended(parked: durable_reads.Suspension, now: dt.datetime) -> Blocker:
+    """A durable job asleep, or waiting for a signal (docs/durable-jobs.md)."""
+    left = f"in {duration(parked.until - now)}"
+    if parked.kind == "sleep":
+        return Blocker(
+            Reason.SLEEPING,
+            f"It is sleeping until {timestamp(parked.until)} ({left}), since {timestamp(parked.since)}: "
+            f"its handler called ctx.sleep ({parked.name}). It is due then, and replays past the sleep.",
+        )
+    key = f"on key `{parked.key}`" if parked.key else "(it has no signal key: nothing can signal it)"
+    return Blocker(
+        Reason.WAITING_FOR_SIGNAL,
+        f"It is waiting for signal `{parked.name}` {key} since {timestamp(parked.since)}, times out at "
+        f"{timestamp(parked.until)} ({left}). django_jobs.signal(key, {parked.name!r}, data) makes it due "
+        "at once; at the timeout its handler gets SignalTimeout.",
+    )
 
 
 def _workers(job: Job, now: dt.datetime, db: str, evidence: list[tuple[str, str]]) -> list[Blocker]:

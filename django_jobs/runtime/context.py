@@ -20,6 +20,7 @@ from django_jobs.conf import jobs_settings
 from django_jobs.errors import DeadlineExceeded, JobCancelled, class_path
 from django_jobs.jsonvalues import check_progress, checkpoint_json, progress_json
 from django_jobs.reads import workflows as workflow_reads
+from django_jobs.runtime.durable import DurableSteps, atomic_depth
 from django_jobs.runtime.lease import Lease
 from django_jobs.runtime.side_writes import InlineWriter, SideWriter
 
@@ -36,7 +37,7 @@ class LeaseLost(Exception):
     # task's result records it as the exception that ended a lost execution.
 
 
-class JobContext:
+class JobContext(DurableSteps):
     """Passed to every handler as its first argument.
 
     ``attempt`` counts executions that started, this one included (1 on the first run).
@@ -48,6 +49,9 @@ class JobContext:
     connection, not the handler's: called inside the handler's ``transaction.atomic()``, they
     neither wait for it nor lock the job row until it commits (which would stall the
     heartbeat of every other job of the worker), and they are durable at once.
+
+    A durable handler's ``step()``, ``external_step()``, ``sleep()`` and ``wait_for()`` come
+    from ``runtime/durable.py`` (docs/durable-jobs.md).
     """
 
     def __init__(
@@ -80,6 +84,11 @@ class JobContext:
         #: When the execution is treated as timed out, in the database's time; or None.
         self.deadline: dt.datetime | None = lease.deadline_at()
         self._last_progress = 0.0
+        self._atomic_at_start = atomic_depth()
+
+    def _lost(self) -> LeaseLost:
+        self._lease.lost = True
+        return LeaseLost(f"job {self.job_id} is no longer owned by execution {self.execution_id}")
 
     @property
     def is_last_attempt(self) -> bool:

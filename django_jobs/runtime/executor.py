@@ -35,6 +35,7 @@ from django_jobs.registry import JobType, Reconciliation, registry
 from django_jobs.results import encode_result
 from django_jobs.runtime import handler_connections, payloads
 from django_jobs.runtime.context import JobContext, LeaseLost
+from django_jobs.runtime.durable import Suspended
 from django_jobs.runtime.lease import Lease
 from django_jobs.runtime.side_writes import SideWriter
 from django_jobs.sanitize import describe
@@ -69,6 +70,8 @@ class Finished:
     #: Whether the execution marked an external call (``ctx.external_call``) before it ended;
     #: None when nobody can tell (a child process killed by its worker, a failure of ours).
     marked_call: bool | None = False
+    #: A durable handler parked in ``ctx.wait_for``: the signal it waits for (SUSPENDED only).
+    signal: str | None = None
 
 
 def execute(
@@ -165,8 +168,15 @@ def _run(claim: Claim, lease: Lease, side_writer: SideWriter | None, started: fl
     reconciled = _reconcile(claim, job_type, ctx, payload, started, lease.worker_id)
     if reconciled is not None:
         return reconciled
+    try:
+        value = call(job_type.handler, ctx, payload)
+    except Suspended as suspended:  # a durable handler sleeps or waits: not an error
+        return Finished(
+            claim, Happened.SUSPENDED, retry_after=suspended.delay, details=json.dumps(suspended.details),
+            ran_for=time.perf_counter() - started, signal=suspended.signal,
+        )  # fmt: skip
     # A value that cannot be stored raises InvalidResult here: the job fails, the worker goes on.
-    result = encode_result(call(job_type.handler, ctx, payload))
+    result = encode_result(value)
     return Finished(claim, Happened.COMPLETED, ran_for=time.perf_counter() - started, result=result)
 
 

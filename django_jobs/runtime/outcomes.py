@@ -8,6 +8,9 @@ If the database still refuses a batch for its data, the batch is written one row
 and only the row it refuses ends, code ``OUTCOME_INVALID``, where :func:`decide` sends it
 (``failed``, or ``cancelled`` on a cancel request, ``needs_review`` when a blind retry is
 unsafe) — so the worker never dies of a job's data and the rest of the batch is written.
+
+Over 300 lines: the decision, the batch write, its one-row fallback and the logs of what was
+written are one path, read together.
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ from django_jobs.registry import registry, retry_policy
 from django_jobs.runtime.executor import Finished
 from django_jobs.sanitize import error_code, storable_text
 from django_jobs.states import EventKind, JobStatus
-from django_jobs.transitions import Outcome
+from django_jobs.transitions import Outcome, durable
 
 logger = logging.getLogger("django_jobs.outcomes")
 
@@ -76,6 +79,8 @@ def outcome_for(finished: Finished, cancel_requested: bool = False, rng: Random 
     exception = {"exception": finished.exception} if finished.exception else {}
     if decision.status == JobStatus.PENDING and decision.event == EventKind.RETRY_SCHEDULED:
         details = json.dumps({"retry_in": round(delay, 3), **exception})
+    elif decision.event == EventKind.SUSPENDED:
+        details = finished.details  # where it sleeps or what it waits for
     elif decision.status == JobStatus.FAILED and finished.happened is not Happened.LOST:
         details = json.dumps({"reason": decision.reason, **exception})
     completed = decision.status == JobStatus.COMPLETED
@@ -127,6 +132,10 @@ def record(
     if again:
         again_outcomes = [outcome_for(by_id[job_id], True) for job_id in again]
         written.update(_write(again_outcomes, by_id, worker_id))
+    # A job parked in a wait whose signal came while it ran on from its look: due at once.
+    durable.wake_signalled(
+        [(j, o.execution_id, by_id[j].signal) for j, o in written.items() if o.status == JobStatus.PENDING]
+    )
     # Logged once written: a batch kept through an outage and written later is logged once.
     for job_id, outcome in written.items():
         log_outcome(by_id[job_id], outcome, worker_id)

@@ -151,14 +151,15 @@ def recover_expired(
     return [r for r in decisions if r.expired.id in moved]
 
 
-# Events and marks go with their job (the foreign keys have no ON DELETE CASCADE in the database:
-# Django emulates it, and this statement does not go through the ORM). Batches keep locks and WAL
-# small. `finished_at >= since` starts a batch where the one before it stopped: the entries of
-# the jobs pruned since vacuum last ran sit at the head of django_jobs_finished, and a batch that
-# started from the head would step over all of them (15 of a batch's 18 ms in the churn soak). A
-# job that finished before `since` but committed after the batch read past it (an outcome written
-# in a long transaction) waits for the next pass, which starts from the head again. A member of a
-# workflow is never pruned here: its workflow is pruned whole (``prune_workflows``).
+# Events, marks and a durable job's records go with their job (the foreign keys have no ON DELETE
+# CASCADE in the database: Django emulates it, and this statement does not go through the ORM).
+# Batches keep locks and WAL small. `finished_at >= since` starts a batch where the one before it
+# stopped: the entries of the jobs pruned since vacuum last ran sit at the head of
+# django_jobs_finished, and a batch that started from the head would step over all of them (15 of
+# a batch's 18 ms in the churn soak). A job that finished before `since` but committed after the
+# batch read past it (an outcome written in a long transaction) waits for the next pass, which
+# starts from the head again. A member of a workflow is never pruned here: its workflow is pruned
+# whole (``prune_workflows``).
 _PRUNE = """
 WITH doomed AS (
     SELECT id FROM django_jobs_job j
@@ -173,6 +174,12 @@ WITH doomed AS (
     DELETE FROM django_jobs_jobevent WHERE job_id IN (SELECT id FROM doomed)
 ), calls AS (
     DELETE FROM django_jobs_externalcall WHERE job_id IN (SELECT id FROM doomed)
+), durable_steps AS (
+    DELETE FROM django_jobs_jobstep WHERE job_id IN (SELECT id FROM doomed)
+), durable_signals AS (
+    DELETE FROM django_jobs_jobsignal WHERE job_id IN (SELECT id FROM doomed)
+), signal_keys AS (
+    DELETE FROM django_jobs_signalkey WHERE job_id IN (SELECT id FROM doomed)
 ), pruned AS (
     DELETE FROM django_jobs_job WHERE id IN (SELECT id FROM doomed) RETURNING finished_at
 )

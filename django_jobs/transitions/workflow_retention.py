@@ -49,6 +49,12 @@ WITH doomed AS (
     DELETE FROM django_jobs_jobevent WHERE job_id IN (SELECT id FROM jobs)
 ), calls AS (
     DELETE FROM django_jobs_externalcall WHERE job_id IN (SELECT id FROM jobs)
+), durable_steps AS (
+    DELETE FROM django_jobs_jobstep WHERE job_id IN (SELECT id FROM jobs)
+), durable_signals AS (
+    DELETE FROM django_jobs_jobsignal WHERE job_id IN (SELECT id FROM jobs)
+), signal_keys AS (
+    DELETE FROM django_jobs_signalkey WHERE job_id IN (SELECT id FROM jobs)
 ), pruned AS (
     DELETE FROM django_jobs_job WHERE id IN (SELECT id FROM jobs) RETURNING status
 ), workflows AS (

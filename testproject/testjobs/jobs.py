@@ -647,6 +647,10 @@ def _scripted(ctx: JobContext, payload: dict[str, Any]) -> dict[str, int]:
         raise SkipJob("told to skip")
     if outcome == "cancelled":
         raise JobCancelled("told to stop")
+    if outcome == "sleep":  # a durable sleep: ends the execution, pending for an hour
+        ctx.sleep(3600)
+    if outcome == "wait":  # a durable wait for signal "go" (the model's signal rule sends it)
+        ctx.wait_for("go", timeout=3600)
     return {"job": ctx.job_id}
 
 
@@ -673,3 +677,7 @@ def model_review(ctx: JobContext, payload: dict[str, Any]) -> dict[str, int]:
 def model_reconciled(ctx: JobContext, payload: dict[str, Any]) -> dict[str, int]:
     """The model's job outside the database that asks its provider (MODEL_RECONCILE)."""
     return _scripted(ctx, payload)
+
+
+# The durable job types live in their own module; importing it registers them with these.
+from testproject.testjobs import durable_jobs  # noqa: E402, F401

@@ -6,8 +6,9 @@ reaper's pass that ends the pending jobs past it, a worker's claim (past a job's
 start ends it instead) and each handler outcome, a lease lost and the reaper's recovery, an
 operator's retry / cancel / resolve of one job, a multi-select in any order, a bulk operation
 by filter with batches of any size, a workflow's cancel, retention with rows aged past it, a
-restore hold declared and released with answers, a queue paused and resumed — and after every
-step compares the database with the reference model
+restore hold declared and released with answers, a queue paused and resumed, a durable handler
+that sleeps or waits, a webhook's signal (committed or rolled back), a sleep ended by hand —
+and after every step compares the database with the reference model
 (:mod:`tests.model.model`): the docs' arrows, workflows' barriers, operators' cancels, restore
 holds, ``explainjob``'s reasons, retention's wholeness.
 
@@ -21,6 +22,7 @@ In the normal run it draws a bounded number of examples; ``DJANGO_JOBS_SOAK=<sec
 from __future__ import annotations
 
 import collections
+import contextlib
 import datetime as dt
 import itertools
 import os
@@ -44,12 +46,15 @@ from hypothesis.stateful import (
 import django_jobs
 from django_jobs import ActionRefused, Chain, Group, JobFilter, Step
 from django_jobs.console import actions, bulk_runner, restore_holds
+from django_jobs.durable import give_key
 from django_jobs.errors import ErrorCode
 from django_jobs.maintenance import pruner, reaper, rescuer
-from django_jobs.models import Job, JobEvent, WorkflowStep
+from django_jobs.models import Job, JobEvent, JobStep, SignalKey, WorkflowStep
 from django_jobs.observe.diagnosis import explain
 from django_jobs.observe.reasons import Reason
+from django_jobs.testing import where
 from django_jobs.transitions import KeyHeld
+from django_jobs.transitions import durable as durable_records
 from testproject.testjobs import jobs as testjobs
 from tests.model import driver
 from tests.model.model import ACTOR, MJob, Model
@@ -66,7 +71,7 @@ from tests.model.shapes import (
 #: Seconds each status is kept (the defaults: testproject sets none).
 RETENTION = {"completed": 7 * 86400, "skipped": 7 * 86400, "cancelled": 30 * 86400, "failed": None}
 AGES = (86400, 10 * 86400, 40 * 86400)
-OUTCOMES = ("complete", "complete", "retry", "ambiguous", "permanent", "skip", "cancelled")
+OUTCOMES = ("complete", "complete", "retry", "ambiguous", "permanent", "skip", "cancelled", "sleep", "wait")
 REASON = "the model says so"
 DEBOUNCE_KEYS = ("d1", "d2")
 DEBOUNCE_WINDOW = 30.0
@@ -75,6 +80,14 @@ DEBOUNCE_WINDOW = 30.0
 TOLERATED = frozenset(filter(None, os.environ.get("DJANGO_JOBS_MODEL_TOLERATE", "").split(",")))
 #: Steps and examples run in this process, for the log.
 COUNTS: collections.Counter[str] = collections.Counter()
+
+
+class _RolledBack(Exception):
+    """The model's webhook fails after sending its signal: its transaction rolls back."""
+
+
+def _due_later(job_id: int) -> bool:
+    return Job.objects.filter(id=job_id, available_at__gt=Now()).exists()
 
 
 def _statuses(ids: Any = None) -> dict[int, str]:
@@ -440,11 +453,108 @@ class JobsMachine(RuleBasedStateMachine):
         started = len(testjobs.MODEL_STARTS)
         held = self.model.hold is not None
         self._start_flight(flight)
+        self._check_suspension(flight)
         testjobs.MODEL_SCRIPT.pop(flight.job_id, None)
         testjobs.MODEL_RECONCILE.pop(flight.job_id, None)
         for job_id, kind in testjobs.MODEL_STARTS[started:]:
             if held and kind in EXTERNAL:
                 self.model.fail(f"job {job_id} of external type {kind} started under a restore hold")
+
+    def _check_suspension(self, flight: driver.InFlight) -> None:
+        """A durable handler that slept or waits left its job pending, not due, its attempt
+        not used (docs/durable-jobs.md)."""
+        claim = flight.held.claim
+        last = (
+            JobEvent.objects.filter(job_id=claim.id, execution_id=claim.execution_id).order_by("-id").first()
+        )
+        if last is None or last.kind != "suspended":
+            return
+        row = Job.objects.filter(id=claim.id).values("status", "attempts", "ready").first()
+        if row is None or (row["status"], row["attempts"], row["ready"]) != (
+            "pending",
+            claim.attempt - 1,
+            False,
+        ):
+            self.model.fail(f"job {claim.id} suspended by its handler is {row}, not pending later uncounted")
+
+    # ---- durable jobs: a webhook's signal, a sleep ended by hand --------------------------------
+
+    @precondition(lambda self: bool(self.model.jobs))
+    @rule(data=st.data(), rolled_back=st.booleans())
+    def signal(self, data: st.DataObject, rolled_back: bool) -> None:
+        """A webhook signals a job (its key given on first use), in a transaction that commits
+        or rolls back: the job's status never changes; a job parked waiting for the signal is
+        due at once when it commits, and stays parked when it rolls back."""
+        COUNTS["steps"] += 1
+        parked_ids = set(
+            JobStep.objects.filter(kind="wait", ended_at__isnull=True).values_list("job_id", flat=True)
+        )
+        waiting_ids = sorted(parked_ids & set(self.model.jobs))
+        among = (
+            waiting_ids
+            if waiting_ids and data.draw(st.booleans(), label="a waiting one")
+            else self.model.jobs
+        )
+        job_id = self._pick(data, sorted(among), "signalled")
+        key = f"model:{job_id}"
+        if not SignalKey.objects.filter(job_id=job_id).exists():
+            give_key(job_id, key)
+        before = _statuses([job_id]).get(job_id)
+        parked = where(job_id)
+        was_later = _due_later(job_id)
+        with contextlib.suppress(_RolledBack), transaction.atomic():
+            django_jobs.signal(key, "go", {"by": "model"})
+            if rolled_back:
+                raise _RolledBack
+        after = _statuses([job_id]).get(job_id)
+        if after != before:
+            self.model.fail(f"a signal moved job {job_id} from {before} to {after}")
+        # Parked in its wait and not due yet (a signal sent earlier may have made it due already).
+        waiting = parked is not None and parked.kind == "wait" and before == "pending" and was_later
+        now_parked = where(job_id)
+        if waiting and not rolled_back and now_parked is not None and _due_later(job_id):
+            self.model.fail(f"job {job_id} waits for the signal it was sent, and is not due")
+        if waiting and rolled_back and (now_parked is None or not _due_later(job_id)):
+            self.model.fail(f"a rolled-back signal woke job {job_id}")
+
+    @precondition(lambda self: bool(self.model.jobs))
+    @rule(data=st.data())
+    def wake(self, data: st.DataObject) -> None:
+        """A sleeping job woken by hand: due now, its status unchanged; any other, untouched."""
+        COUNTS["steps"] += 1
+        sleeping_ids = set(
+            JobStep.objects.filter(kind="sleep", until__gt=Now()).values_list("job_id", flat=True)
+        )
+        asleep = sorted(sleeping_ids & set(self.model.jobs))
+        among = asleep if asleep and data.draw(st.booleans(), label="a sleeping one") else self.model.jobs
+        job_id = self._pick(data, sorted(among), "woken")
+        before = Job.objects.filter(id=job_id).values_list("status", "available_at").first()
+        parked = where(job_id)
+        woke = durable_records.wake(job_id)
+        after = Job.objects.filter(id=job_id).values_list("status", "available_at").first()
+        sleeping = (
+            parked is not None and parked.kind == "sleep" and before is not None and before[0] == "pending"
+        )
+        if woke != sleeping:
+            self.model.fail(f"wake of job {job_id} answered {woke}; it was {before}, parked {parked}")
+        if not woke and after != before:
+            self.model.fail(f"a refused wake moved job {job_id}: {before} → {after}")
+        if woke and (after is None or after[0] != "pending" or _due_later(job_id)):
+            self.model.fail(f"job {job_id} woken is {after}, not pending and due")
+
+    @rule(
+        data=st.data(),
+        kind=st.sampled_from(TYPES),
+        queue=st.sampled_from(QUEUES),
+        outcome=st.sampled_from(["sleep", "wait"]),
+    )
+    def run_durably(self, data: st.DataObject, kind: str, queue: str, outcome: str) -> None:
+        """A job enqueued and claimed (the claim may take another one) whose handler sleeps or
+        waits for a signal: durable jobs among the others, in numbers."""
+        self.enqueue(kind, queue, None)
+        self.claim(QUEUES)
+        if self.inflight:
+            self.execute(data, outcome, "not_done")
 
     @precondition(lambda self: bool(self.inflight))
     @rule(data=st.data())

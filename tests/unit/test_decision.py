@@ -76,6 +76,16 @@ def test_every_decision_is_an_arrow_of_the_state_machine_and_keeps_every_rule(
         assert d.counted and d.delay == 0
         assert d.status == (JobStatus.NEEDS_REVIEW if parked else ended)
         return
+    # 7. A durable handler that slept or waits for a signal goes back to pending at its wake
+    #    time or timeout, uncounted, whatever its attempts, its type's policy or an error code
+    #    (it carries none): it did not fail. A cancel request (rule 2) cancels it.
+    if s.happened is Happened.SUSPENDED:
+        assert not d.counted
+        if not s.cancel_requested:
+            assert (d.status, d.event) == (JobStatus.PENDING, EventKind.SUSPENDED)
+            wanted = s.retry_after if s.retry_after is not None and math.isfinite(s.retry_after) else 0.0
+            assert d.delay == min(max(0.0, wanted), MAX_RETRY_DELAY)
+        return
     # 3. Attempts count executions that started; what never started or was cut off by an
     #    outage goes back uncounted and at once.
     if s.happened is Happened.NOT_STARTED:
@@ -119,6 +129,12 @@ def test_every_decision_is_an_arrow_of_the_state_machine_and_keeps_every_rule(
             True,
         ),
         (Situation(Happened.LOST, 1, 5), JobStatus.PENDING, EventKind.RECOVERED, True),
+        (
+            Situation(Happened.SUSPENDED, 5, 5, retry_after=60.0),
+            JobStatus.PENDING,
+            EventKind.SUSPENDED,
+            False,
+        ),
         (Situation(Happened.LOST, 5, 5), JobStatus.FAILED, EventKind.RECOVERED, True),
         (
             Situation(Happened.LOST, 1, 5, "needs_review"),

@@ -52,6 +52,7 @@ PURE_RULES = frozenset(
         "names",
         "restoring",
         "workflow_plan",
+        "durable_rules",
     )
 )
 CONF = f"{ROOT}.conf"
@@ -303,7 +304,8 @@ BANDS = (
     (f"{ROOT}.reads",),
     (f"{ROOT}.observe",),
     tuple(
-        f"{ROOT}.{name}" for name in ("enqueueing", "enqueue_options", "enqueue_rows", "effects", "workflows")
+        f"{ROOT}.{name}"
+        for name in ("enqueueing", "enqueue_options", "enqueue_rows", "effects", "workflows", "durable")
     ),
     (f"{ROOT}.runtime", f"{ROOT}.maintenance"),
     (f"{ROOT}.console", f"{ROOT}.tasks_framework", f"{ROOT}.selftest"),
