@@ -1,6 +1,5 @@
-"""The enqueue and due times of claimed jobs, read for ``job_started``'s receivers, and which of
-them have a start-by deadline, read for their start (``runtime.started``): the claim itself does
-not return them."""
+"""The enqueue and due times of claimed jobs, read for ``job_started``'s receivers
+(``runtime.started``): the claim itself does not return them."""
 
 from __future__ import annotations
 
@@ -20,13 +19,3 @@ def start_times(job_ids: Sequence[int]) -> dict[int, tuple[dt.datetime, dt.datet
         cursor.execute(_TIMES, [list(job_ids)])
         return {job_id: (created, available) for job_id, created, available in cursor.fetchall()}
 
-
-# By primary key: a batch of ids, whatever the table's size.
-_WITH_DEADLINE = "SELECT id FROM django_jobs_job WHERE id = ANY(%s) AND start_by IS NOT NULL"
-
-
-def with_deadline(job_ids: Sequence[int]) -> set[int]:
-    """Those of ``job_ids`` whose job has a start-by deadline."""
-    with connections[jobs_settings.DATABASE].cursor() as cursor:
-        cursor.execute(_WITH_DEADLINE, [list(job_ids)])
-        return {row[0] for row in cursor.fetchall()}

@@ -1,12 +1,10 @@
-"""What a worker reads of its claimed jobs beyond the claim's own columns, and ``job_started``:
-the signal a worker sends as a handler is about to run, with the times a receiver measures the
-pickup latency from (``created_at``: the enqueue; ``available_at``: when it was due).
+"""``job_started``: the signal a worker sends as a handler is about to run, with the times a
+receiver measures the pickup latency from (``created_at``: the enqueue; ``available_at``: when
+it was due).
 
 The claim does not return those columns: the times are read after the claim, for the whole
 batch in one statement, and only while ``job_started`` has a receiver, so a worker without one
 reads nothing more per job (as ``observe.tracing.attach_contexts`` does for trace contexts).
-Which claimed jobs have a start-by deadline is read for every claimed batch (one statement by
-primary key): a job past its deadline must never start, and the claim does not say.
 """
 
 from __future__ import annotations
@@ -18,33 +16,16 @@ from django.db import Error as DatabaseError  # every database error, InterfaceE
 from django_jobs import signals
 from django_jobs.models import Job
 from django_jobs.observe import tracing
-from django_jobs.reads.start_times import start_times, with_deadline
+from django_jobs.reads.start_times import start_times
 from django_jobs.transitions import Claim
 
 
 def read_after_claim(claims: Sequence[Claim]) -> None:
     """What the executions of ``claims`` need beyond the claim's own columns, read for the whole
     batch: the stored trace contexts (when tracing) and the start times (when ``job_started``
-    has a receiver), and which have a start-by deadline."""
+    has a receiver)."""
     tracing.attach_contexts(claims)
     _attach_start_times(claims)
-    _mark_deadlines(claims)
-
-
-def _mark_deadlines(claims: Sequence[Claim]) -> None:
-    """Mark the claims whose job has a start-by deadline (one statement per claimed batch): each
-    start of theirs asks ``transitions.expiry`` first. When the read fails, every claim is
-    marked: a job past its deadline must never start, and the start's own check is exact."""
-    if not claims:
-        return
-    try:
-        marked = with_deadline([claim.id for claim in claims])
-    except DatabaseError:
-        for claim in claims:
-            claim.has_deadline = True
-        return
-    for claim in claims:
-        claim.has_deadline = claim.id in marked
 
 
 def _attach_start_times(claims: Sequence[Claim]) -> None:

@@ -65,8 +65,8 @@ class Claim:
     #: The job's (created_at, available_at), read after the claim while ``job_started`` has a
     #: receiver (``runtime.started.read_after_claim``); None otherwise.
     start_times: tuple[dt.datetime, dt.datetime] | None = None
-    #: Whether the job has a start-by deadline, read after the claim
-    #: (``runtime.started.read_after_claim``): its start asks ``transitions.expiry`` first.
+    #: Whether the job has a start-by deadline (the claim says): its start asks
+    #: ``transitions.expiry`` first.
     has_deadline: bool = False
 
 
@@ -74,7 +74,8 @@ _CLAIM_COLUMNS = (
     "j.id, j.queue, j.type, j.version, j.payload,"
     " j.attempts + CASE WHEN next.start THEN 0 ELSE 1 END, j.max_attempts, j.execution_id,"
     " j.unique_key, j.checkpoint, j.priority, j.last_error_code, j.on_lost,"
-    " next.start, extract(epoch FROM now())::float8, extract(epoch FROM j.available_at)::float8"
+    " next.start, extract(epoch FROM now())::float8, extract(epoch FROM j.available_at)::float8,"
+    " j.start_by IS NOT NULL"
 )
 # Jobs of a paused queue stay pending. NOT IN over the tiny queue table is a hashed subplan:
 # built once per claim, one hash probe per candidate row, and no join that could change how the
@@ -188,20 +189,20 @@ _PROMOTE = (
 # (PostgreSQL's window aggregate keeps its input order), without sorting them again; the
 # filters between candidates and ranked keep that order too.
 _CLAIM_TAIL = (
-    "{admit_keys}, ranked AS (SELECT *, row_number() OVER () AS position,"
+    "{admit_keys}, ranked AS (SELECT *, row_number() OVER () AS pos,"
     " row_number() OVER () <= %(start_now)s AS start,"
-    " on_lost = 'retry' AND last_error_code IS DISTINCT FROM 'LOST_UNSTARTED' AS prefetchable"
+    " on_lost = 'retry' AND last_error_code IS DISTINCT FROM 'LOST_UNSTARTED' AS pf"
     " FROM admitted),"
-    " chosen AS (SELECT * FROM ranked WHERE start OR prefetchable){admit_rates},"
+    " chosen AS (SELECT * FROM ranked WHERE start OR pf){admit_rates},"
     " claimed AS (UPDATE django_jobs_job j SET status = 'running', attempts = j.attempts + next.start::int,"
     " worker_id = %(worker)s, execution_id = gen_random_uuid(),"
     " started_at = CASE WHEN next.start THEN now() END, heartbeat_at = now(),"
     " lease_expires_at = now() + make_interval("
     "secs => (%(leases)s::float8[])[array_position(%(types)s::text[], j.type::text)])"
-    f" FROM next WHERE j.id = next.id RETURNING {_CLAIM_COLUMNS}, next.position)"
+    f" FROM next WHERE j.id = next.id RETURNING {_CLAIM_COLUMNS}, next.pos)"
     " SELECT * FROM claimed UNION ALL SELECT NULL, NULL, NULL,"
-    f" (SELECT count(*) FROM ({_PAUSED_QUEUES}) p)::int, NULL, {{walked}}, NULL, NULL, NULL,"
-    " NULL, NULL, NULL, NULL, NULL, NULL, NULL, {promoted}"
+    f" (SELECT count(*) {_PAUSED_QUEUES.removeprefix('SELECT p.name ')})::int, NULL, {{walked}}, NULL,"
+    " NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, {promoted}"
 )
 _COUNT_PROMOTED = "(SELECT count(*) FROM promoted)"
 
@@ -346,13 +347,13 @@ _RATE_KIND_ROOM = (
     " JOIN django_jobs_ratewindow w ON w.type = r.t WHERE r.t = k.type), {room}))"
 )
 _ADMIT_RATES = (
-    ", next AS (SELECT id, start, position FROM chosen WHERE type::text <> ALL(%(rate_types)s::text[])"
+    ", next AS (SELECT id, start, pos FROM chosen WHERE type::text <> ALL(%(rate_types)s::text[])"
     " OR start AND id = ANY((SELECT django_jobs_admit_starts(array_agg(id), array_agg(type),"
     " array_agg(queue), %(rate_types)s::text[], %(rate_counts)s::int[], %(rate_seconds)s::float8[])"
     " FROM chosen"
     " WHERE start AND type::text = ANY(%(rate_types)s::text[]))::bigint[]))"
 )
-_NO_RATES = ", next AS (SELECT id, start, position FROM chosen)"
+_NO_RATES = ", next AS (SELECT id, start, pos FROM chosen)"
 _ENSURE_RATE_WINDOWS = (
     "INSERT INTO django_jobs_ratewindow (type, starts) SELECT unnest(%s::text[]), '{}' ON CONFLICT DO NOTHING"
 )
@@ -637,12 +638,13 @@ def _claim_once(statement: ClaimStatement, params: dict[str, Any]) -> tuple[list
     )
     # RETURNING follows no order: put the rows back in the claim's (best first; with named
     # queues, the queues' turns), the counted ones first since they are meant for idle threads.
-    rows.sort(key=lambda row: (not row[-4], row[-1]))
+    rows.sort(key=lambda row: (not row[13], row[-1]))
     # The due time, exact in a float8 (microseconds since the epoch fit in its 53 bits), places
     # the claim (see transitions.positions); the wait is computed from it.
     claims = [Claim(*row[:15]) for row in rows]
     for taken, row in zip(claims, rows, strict=True):
         taken.waited = row[14] - row[15]
+        taken.has_deadline = row[16]
     return claims, promoted
 
 
