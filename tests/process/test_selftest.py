@@ -257,23 +257,25 @@ def processes_named(output: str, run_pid: int) -> list[tuple[str, int]]:
 
 class StalledLook:
     """The frozen worker holding the database's identity record, from the run's SIGSTOP to its
-    SIGCONT: what it does when the signal lands inside its heartbeat's restore look, a
-    transaction that locks that record (``django_jobs.transitions.restore.look``), which the
-    other workers' looks then wait for. A run meets it by chance now and then (about one in a
-    hundred, through the bouncer); this makes every run meet it, holding the record in the
+    SIGCONT: what it does when the signal lands inside its heartbeat's restore look, when that
+    look is the whole look's transaction, which locks the record
+    (``django_jobs.transitions.restore.look``). A run meets it by chance now and then (about one
+    in a hundred, through the bouncer); this makes every run meet it, holding the record in the
     frozen worker's place (or finding it held by the frozen worker itself).
 
-    Each look waits for the record at most ``LOOK_LOCK_WAIT`` and is skipped after that. Before
-    it did, a look waited until its statement timed out, and behind a transaction pool a worker
-    sets no ``statement_timeout`` of its own (it would stay on a server connection other clients
-    get): worker C waited until the frozen worker was continued, which the run does only once C
-    has taken its job over, and the run gave up after its patience.
+    A look never waits for the record: it skips a held one (``SKIP LOCKED``), asks again within
+    ``LOOK_LOCK_WAIT``, and is skipped after that. When a look waited, behind a transaction pool
+    (where a worker sets no ``statement_timeout`` of its own: it would stay on a server connection
+    other clients get), worker C waited until the frozen worker was continued, which the run does
+    only once C has taken its job over, and the run gave up after its patience. ``met`` says a
+    look of another worker ran while the record was held (its statement, seen on the server).
     """
 
     def __init__(self, url: str) -> None:
         self._holder = psycopg.connect(url)  # not autocommit: its transaction holds the record
         self._watch = psycopg.connect(url, autocommit=True)
-        self.held = self.waited_for = self.released = False
+        self.held = self.met = self.released = False
+        self._held_at: object = None
 
     def __enter__(self) -> StalledLook:
         return self
@@ -283,22 +285,28 @@ class StalledLook:
         self._watch.close()
 
     def advance(self, output: str) -> None:
-        """Take the record at the SIGSTOP, see a worker wait for it, let it go at the SIGCONT."""
+        """Take the record at the SIGSTOP, see another look meet it, let it go at the SIGCONT."""
         if not self.held:
             if "SIGSTOP worker" in output:
-                self._holder.execute(
-                    "SELECT FROM django_jobs_databaseidentity WHERE id = 1 FOR UPDATE SKIP LOCKED"
-                )
+                row = self._holder.execute(
+                    "SELECT clock_timestamp() FROM django_jobs_databaseidentity WHERE id = 1"
+                    " FOR UPDATE SKIP LOCKED"
+                ).fetchone()
+                # None: the frozen worker holds it itself; then a look from now on meets it.
+                now = self._watch.execute("SELECT clock_timestamp()").fetchone()
+                self._held_at = row[0] if row else (now[0] if now else None)
                 self.held = True
             return
         if self.released:
             return
-        if not self.waited_for:
+        if not self.met and self._held_at is not None:
+            holder = self._holder.info.backend_pid
             row = self._watch.execute(
-                "SELECT EXISTS (SELECT FROM pg_stat_activity"
-                " WHERE datname = current_database() AND cardinality(pg_blocking_pids(pid)) > 0)"
+                "SELECT EXISTS (SELECT FROM pg_stat_activity WHERE datname = current_database()"
+                " AND pid <> %s AND query_start > %s AND query LIKE %s)",
+                [holder, self._held_at, "%databaseidentity WHERE id = 1 FOR UPDATE SKIP LOCKED%"],
             ).fetchone()
-            self.waited_for = bool(row and row[0])
+            self.met = bool(row and row[0])
         if "SIGCONT worker" in output:
             self._holder.commit()
             self.released = True
@@ -345,9 +353,9 @@ def test_a_run_through_pgbouncer_in_transaction_mode_passes_and_leaves_nothing_o
     assert run.returncode == 0, output + errors
     assert_every_step_passed(output)
     assert "django_jobs.W00" not in output + errors, errors  # the recipe draws no pooling warning
-    assert (stall.held, stall.waited_for, stall.released) == (True, True, True), (
-        f"the identity record held from the SIGSTOP {stall.held}, a worker waited for it "
-        f"{stall.waited_for}, let go at the SIGCONT {stall.released}:\n{output}"
+    assert (stall.held, stall.met, stall.released) == (True, True, True), (
+        f"the identity record held from the SIGSTOP {stall.held}, another worker's look met it "
+        f"{stall.met}, let go at the SIGCONT {stall.released}:\n{output}"
     )
     # Nothing left: no job in its queue (the marker included), no event, no ledger key, no
     # live-worker row.
