@@ -76,8 +76,9 @@ _LIVENESS_LIMIT = optional_seconds("django_jobs.E031", "derived from the interva
 READING_FROM: ContextVar[str | None] = ContextVar("django_jobs_reading_from", default=None)
 
 
-def _database(value: Any) -> str:
-    return READING_FROM.get() or str(value)
+def _reading_from(alias: str) -> str:
+    """The alias a read of the job tables goes to now: ``alias``, unless a page reads elsewhere."""
+    return READING_FROM.get() or alias
 
 
 def _is_database_alias(value: Any) -> bool:
@@ -116,12 +117,13 @@ class Settings:
 
     DATABASE = Setting(
         "default",
-        _database,
+        str,
         None,  # check_database: the alias, the routers and the vendor (E007, E008, E050)
         "Alias of the database holding the job tables. Another alias needs `DATABASE_ROUTERS = "
         '["django_jobs.routers.JobsRouter"]` (`django_jobs.E050` checks the routing) and means '
         "`enqueue()` is no longer atomic with your business writes (`django_jobs.W001`); see "
         "[scaling](scaling.md#the-job-tables-on-a-database-of-their-own).",
+        per_access=_reading_from,
     )
     CONSOLE_DATABASE = Setting(
         None,

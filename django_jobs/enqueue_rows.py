@@ -19,6 +19,7 @@ from django.db.models.signals import post_init, pre_init
 
 from django_jobs.enqueue_options import Item, Options
 from django_jobs.models import Job
+from django_jobs.transitions import enqueue as enqueue_sql
 
 _FIELDS = Job._meta.concrete_fields
 #: The job table's columns, in the model's order (a holder's row is read with them).
@@ -147,3 +148,28 @@ def unsaved_jobs(options: Options, items: list[Item]) -> list[Job]:
         )
         for item in items
     ]
+
+
+def fill_from_holders(
+    alias: str,
+    options: Options,
+    items: list[Item],
+    missing: list[int],
+    result: list[Job | None],
+) -> list[int]:
+    """Point deduplicated items at the active job holding their key; return items to insert again."""
+    if not missing:
+        return []
+    keys = sorted({key for i in missing if (key := items[i].unique_key) is not None})
+    # Django's own cursor, in the same transaction: whole rows, loaded as the ORM loads them.
+    with connections[alias].cursor() as cursor:
+        rows = enqueue_sql.holders(cursor, COLUMNS, options.type, keys)
+    holders = {job.unique_key: job for job in (job_from_row(alias, row) for row in rows)}
+    retry: list[int] = []
+    for i in missing:
+        holder = holders.get(items[i].unique_key)
+        if holder is None:
+            retry.append(i)
+        else:
+            result[i] = holder
+    return retry

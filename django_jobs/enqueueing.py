@@ -7,6 +7,11 @@ The statements are ``transitions.enqueue``'s; this module runs them on the calle
 (inside ``transaction.atomic()`` the job commits or rolls back with the business writes around
 it), turns their rows into ``Job`` instances (``enqueue_rows``) and tells who listens
 (``job_enqueued``, metrics).
+
+Over 300 lines: ``enqueue()`` is the one face of every option a producer gives (keys, the
+producer's controls of ``enqueue_controls``, a durable job's signal key), and the insert they
+share decides per call which statements run and in which transaction; the rules of each
+option live in their own modules, and what is left here is how they combine.
 """
 
 from __future__ import annotations
@@ -17,7 +22,7 @@ from collections.abc import Callable, Iterable
 from contextlib import nullcontext
 from typing import Any, Protocol
 
-from django.db import connections, transaction
+from django.db import transaction
 
 from django_jobs import signals
 from django_jobs.conf import jobs_settings
@@ -35,7 +40,7 @@ from django_jobs.enqueue_options import (
     validate_items,
     validate_options,
 )
-from django_jobs.enqueue_rows import COLUMNS, job_from_row, job_maker, unsaved_jobs
+from django_jobs.enqueue_rows import fill_from_holders, job_maker, unsaved_jobs
 from django_jobs.errors import InvalidOption
 from django_jobs.models import Job
 from django_jobs.observe import metrics, tracing
@@ -281,7 +286,7 @@ def _insert(options: Options, items: list[Item]) -> list[Job]:
                     made[i] = True
                 else:
                     missing.append(i)
-            todo = _fill_from_holders(alias, options, items, missing, result)
+            todo = fill_from_holders(alias, options, items, missing, result)
     if signals.listened(signals.job_enqueued):
         announce(alias, [job for job, new in zip(result, made, strict=True) if new and job is not None])
     if metrics.AVAILABLE or metrics.OTEL_AVAILABLE:
@@ -300,28 +305,3 @@ def announce(alias: str, jobs: list[Job]) -> None:
             signals.send(signals.job_enqueued, Job, job=job)
 
     signals.after_commit(alias, send)
-
-
-def _fill_from_holders(
-    alias: str,
-    options: Options,
-    items: list[Item],
-    missing: list[int],
-    result: list[Job | None],
-) -> list[int]:
-    """Point deduplicated items at the active job holding their key; return items to insert again."""
-    if not missing:
-        return []
-    keys = sorted({key for i in missing if (key := items[i].unique_key) is not None})
-    # Django's own cursor, in the same transaction: whole rows, loaded as the ORM loads them.
-    with connections[alias].cursor() as cursor:
-        rows = enqueue_sql.holders(cursor, COLUMNS, options.type, keys)
-    holders = {job.unique_key: job for job in (job_from_row(alias, row) for row in rows)}
-    retry: list[int] = []
-    for i in missing:
-        holder = holders.get(items[i].unique_key)
-        if holder is None:
-            retry.append(i)
-        else:
-            result[i] = holder
-    return retry

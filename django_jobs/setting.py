@@ -63,7 +63,10 @@ class Setting(Generic[T]):
     ``when_none``, if given, computes the value from the other settings while the key is None;
     ``rule`` is the check of the value (None: checked elsewhere, or not at all); ``doc`` is its
     meaning (markdown), ``shown`` its default as the docs write it when its repr would not do;
-    a ``credential`` is never shown, only said to be set (``conf.CREDENTIAL_SETTINGS``).
+    a ``credential`` is never shown, only said to be set (``conf.CREDENTIAL_SETTINGS``);
+    ``per_access``, if given, turns the value read (and kept) into what each access returns, for
+    a setting whose value depends on the code running now (``DATABASE`` while a page reads from
+    ``CONSOLE_DATABASE``).
     """
 
     def __init__(
@@ -76,6 +79,7 @@ class Setting(Generic[T]):
         when_none: Callable[[Any], T] | None = None,
         shown: str | None = None,
         credential: bool = False,
+        per_access: Callable[[T], T] | None = None,
     ) -> None:
         self.name = ""  # set by __set_name__: the attribute's name is the key's
         self.default = default
@@ -85,6 +89,7 @@ class Setting(Generic[T]):
         self.when_none = when_none
         self.shown = shown
         self.credential = credential
+        self.per_access = per_access
 
     def __set_name__(self, owner: type, name: str) -> None:
         self.name = name
@@ -97,14 +102,13 @@ class Setting(Generic[T]):
         if obj is None:
             return self
         try:
-            return _read[self.name]  # type: ignore[no-any-return]
+            value = _read[self.name]
         except KeyError:
-            pass
-        raw = self.raw()
-        value = self.when_none(obj) if raw is None and self.when_none is not None else self.read(raw)
-        if isinstance(value, _IMMUTABLE):
-            _read[self.name] = value
-        return value
+            raw = self.raw()
+            value = self.when_none(obj) if raw is None and self.when_none is not None else self.read(raw)
+            if isinstance(value, _IMMUTABLE):
+                _read[self.name] = value
+        return value if self.per_access is None else self.per_access(value)
 
     def raw(self) -> Any:
         """The value as the project set it, or the default."""

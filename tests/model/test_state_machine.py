@@ -551,7 +551,7 @@ class JobsMachine(RuleBasedStateMachine):
     def run_durably(self, data: st.DataObject, kind: str, queue: str, outcome: str) -> None:
         """A job enqueued and claimed (the claim may take another one) whose handler sleeps or
         waits for a signal: durable jobs among the others, in numbers."""
-        self.enqueue(kind, queue, None)
+        self.enqueue(kind, queue, None, deadline=False)
         self.claim(QUEUES)
         if self.inflight:
             self.execute(data, outcome, "not_done")
