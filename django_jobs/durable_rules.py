@@ -71,16 +71,10 @@ def check_name(name: object, what: str) -> str:
 def step_json(value: Any, name: str) -> str:
     """The stored form of step ``name``'s result; ``InvalidStep`` for a value that is not plain
     JSON or is larger than ``MAX_RESULT_BYTES``."""
-    problem = plain_json_problem(value, f"the result of step {name!r}")
-    if problem is not None:
-        raise InvalidStep(f"{problem}; return plain JSON from a step. Nothing was written")
-    encoded = encode(value)
-    too_large = bounded_problem(
-        encoded, f"the result of step {name!r}", "MAX_RESULT_BYTES", jobs_settings.MAX_RESULT_BYTES
-    )
-    if too_large is not None:
-        raise InvalidStep(f"{too_large}; nothing was written")
-    return encoded
+    return _stored(
+        value, f"the result of step {name!r}", "MAX_RESULT_BYTES", InvalidStep,
+        not_json="; return plain JSON from a step. Nothing was written",
+    )  # fmt: skip
 
 
 def sleep_seconds(seconds: object, until: object) -> tuple[float | None, dt.datetime | None]:
@@ -123,13 +117,26 @@ def signal_json(name: object, data: Any) -> str:
     not plain JSON or is larger than ``MAX_PAYLOAD_BYTES``."""
     if not isinstance(name, str) or not NAME_RE.match(name):
         raise InvalidSignal(f"a signal name must be 1 to 100 letters, digits and _ . : # -, not {name!r}")
-    problem = plain_json_problem(data, f"the data of signal {name!r}")
+    what = f"the data of signal {name!r}"
+    return _stored(data, what, "MAX_PAYLOAD_BYTES", InvalidSignal, size_of=f"signal {name!r}")
+
+
+def _stored(
+    value: Any,
+    what: str,
+    limit: str,
+    error: type[Exception],
+    *,
+    not_json: str = "; nothing was written",
+    size_of: str | None = None,
+) -> str:
+    """``value`` encoded as stored, or ``error`` saying why it cannot be: not plain JSON, or
+    larger than the setting named ``limit``."""
+    problem = plain_json_problem(value, what)
     if problem is not None:
-        raise InvalidSignal(f"{problem}; nothing was written")
-    encoded = encode(data)
-    too_large = bounded_problem(
-        encoded, f"signal {name!r}", "MAX_PAYLOAD_BYTES", jobs_settings.MAX_PAYLOAD_BYTES
-    )
+        raise error(f"{problem}{not_json}")
+    encoded = encode(value)
+    too_large = bounded_problem(encoded, size_of or what, limit, getattr(jobs_settings, limit))
     if too_large is not None:
-        raise InvalidSignal(f"{too_large}; nothing was written")
+        raise error(f"{too_large}; nothing was written")
     return encoded
