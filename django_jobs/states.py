@@ -127,3 +127,8 @@ class EventKind(models.TextChoices):
     EXPIRED = "expired", "Expired: not started by its deadline"
     #: A durable job that sleeps or waits for a signal: pending, due at its wake time or timeout.
     SUSPENDED = "suspended", "Suspended: sleeps or waits for a signal"
+    #: A sleeping durable job woken by an operator: its sleep ends now, and it is due now.
+    WOKEN = "woken", "Woken by an operator"
+    #: A signal an operator sent to a durable job from the console (``details``: its name, and
+    #: whether it was stored and woke the job).
+    SIGNAL_SENT = "signal_sent", "Signal sent by an operator"

@@ -51,6 +51,15 @@ class JobStep(models.Model):
             models.UniqueConstraint(fields=["job", "sequence"], name="django_jobs_step_position"),
             models.UniqueConstraint(fields=["job", "name"], name="django_jobs_step_name"),
         )
+        indexes = (
+            # The dashboard's and the metrics' counts of sleeping and waiting jobs: a range of
+            # sleeps from now on, and the open waits (few: an ended wait leaves the index).
+            models.Index(fields=["until"], condition=models.Q(kind="sleep"), name="django_jobs_step_sleep"),
+            models.Index(
+                fields=["until"], condition=models.Q(kind="wait", ended_at__isnull=True),
+                name="django_jobs_step_open_wait",
+            ),
+        )  # fmt: skip
 
     def __str__(self) -> str:
         return f"{self.kind} {self.name} #{self.sequence} job={self.job_id}"

@@ -187,6 +187,7 @@ class Job(models.Model):
             ("cancel_job", "Can cancel pending and running jobs"),
             ("resolve_job", "Can resolve jobs that need review"),
             ("view_sensitive_payload", "Can see the sensitive fields of payloads unmasked"),
+            ("signal_job", "Can send signals to durable jobs and wake sleeping ones"),
         )
         indexes = (
             # The claim of a worker that serves named queues: for each queue and each kind of job
