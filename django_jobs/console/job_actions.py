@@ -1,7 +1,9 @@
-"""The jobs' actions in the console — retry, cancel, resolve — on one job or many: one
-confirmation page for both, POST with CSRF and a reason, each action behind its own permission
-(``retry_job``, ``cancel_job``, ``resolve_job``), then the audited operation of
-:mod:`django_jobs.console.actions`, as ``manage.py jobs`` and ``django_jobs.retry`` run it.
+"""The jobs' actions in the console — retry, cancel, resolve, wake a sleeping durable job — on
+one job or many: one confirmation page for both, POST with CSRF and a reason, each action behind
+its own permission (``retry_job``, ``cancel_job``, ``resolve_job``, ``signal_job``), then the
+audited operation of :mod:`django_jobs.console.actions` (or ``console.durable_actions``), as
+``manage.py jobs`` and ``django_jobs.retry`` run it. Sending a signal takes a form of its own
+(:mod:`django_jobs.console.durable_pages`).
 
 The page is read where the console reads (``CONSOLE_DATABASE``, perhaps a replica that lags), and
 its form carries what it showed of each job (:mod:`django_jobs.console.seen`); the POST acts on
@@ -27,6 +29,7 @@ from django.views.decorators.http import require_http_methods
 from django_jobs import transitions
 from django_jobs.conf import jobs_settings
 from django_jobs.console import actions as operations
+from django_jobs.console import durable_actions
 from django_jobs.console import seen as shown_jobs
 from django_jobs.console.pages import JobPages, plain_refusal, read_page
 from django_jobs.console.reasons import reason_problem
@@ -72,6 +75,10 @@ def _cancel(job_id: int, user: AbstractBaseUser, reason: str, seen: Shown | None
     return operations.cancel(job_id, actor=user, reason=reason, seen=seen)
 
 
+def _wake(job_id: int, user: AbstractBaseUser, reason: str, seen: Shown | None = None, /) -> object:
+    return durable_actions.wake(job_id, actor=user, reason=reason, seen=seen)
+
+
 def _resolver(to: str) -> Run:
     def resolve(job_id: int, user: AbstractBaseUser, reason: str, seen: Shown | None = None, /) -> object:
         operations.resolve(job_id, to=to, actor=user, reason=reason, seen=seen)
@@ -102,6 +109,11 @@ ACTIONS = {
             "resolve_failed", "Resolve as failed", "resolve_job", frozenset({JobStatus.NEEDS_REVIEW}),
             "is marked failed: someone checked that its effect did not happen and must not",
             _resolver(JobStatus.FAILED),
+        ),
+        Action(
+            "wake", "Wake now", durable_actions.PERMISSION, frozenset({JobStatus.PENDING}),
+            "that sleeps (a durable job in ctx.sleep) has its sleep ended and is due now; a pending job "
+            "that does not sleep is refused", _wake,
         ),
     )
 }  # fmt: skip

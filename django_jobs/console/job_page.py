@@ -15,12 +15,15 @@ from django.utils.http import urlencode
 from django_jobs import masking
 from django_jobs.conf import jobs_settings
 from django_jobs.console.display import durable_steps, duration, external_calls, json_block, read_now, visible
+from django_jobs.console.durable_pages import PERMISSION as SIGNAL_PERMISSION
+from django_jobs.console.durable_pages import TAKES_SIGNALS, DurablePages
 from django_jobs.console.job_actions import JobActionPages
 from django_jobs.console.pages import plain_refusal, read_page
 from django_jobs.errors import public_class_path
 from django_jobs.models import Job, JobEvent
 from django_jobs.observe import diagnosis
 from django_jobs.observe.traceparent import trace_id_of
+from django_jobs.reads import durable as durable_reads
 from django_jobs.states import JobStatus
 
 #: The job page shows this many events at a time, newest first, with a link to older ones.
@@ -29,7 +32,11 @@ EVENTS_PER_PAGE = 50
 _EVENT_ID = re.compile(r"^[0-9]{1,18}$")
 
 
-class JobPage(JobActionPages):
+def _asleep(parked: durable_reads.Suspension | None) -> bool:
+    return parked is not None and parked.kind == "sleep"
+
+
+class JobPage(JobActionPages, DurablePages):
     """A job's page (the admin's change view, read-only) and its fields."""
 
     def has_view_sensitive_permission(self, request: HttpRequest) -> bool:
@@ -106,11 +113,14 @@ class JobPage(JobActionPages):
             context["external_calls"] = external_calls(job)
             context["durable_steps"] = durable_steps(job)
             context["diagnosis"] = diagnosis.explain(job)
+            parked = durable_reads.suspension(job.id) if job.status == JobStatus.PENDING else None
             context["job_actions"] = [
                 (action, self.action_url(action.name, [job.id]))
                 for action in self.allowed_actions(request)
-                if job.status in action.eligible
+                if job.status in action.eligible and (action.name != "wake" or _asleep(parked))
             ]
+            if job.status in TAKES_SIGNALS and request.user.has_perm(SIGNAL_PERMISSION):
+                context["signal_url"] = self.signal_url(job.id)
         return super().change_view(request, object_id, form_url, context)
 
     def _history(self, request: HttpRequest, job: Job, before: int | None) -> dict[str, Any]:

@@ -4,10 +4,11 @@
 Read-only by design: nobody edits a payload or a status through a form. Every action (retry,
 cancel, resolve; ``console.job_actions``) goes through a confirmation page, is POST with CSRF,
 needs its own permission, runs the same guarded transition as the workers, and leaves a
-``JobEvent`` with who and why plus a Django ``LogEntry``. Pausing a queue (``console.queues``),
-a restore hold's actions (``console.restore_pages``), cancelling a workflow
-(``console.workflow_pages``, with its drawing) and acting on every job a filter matches
-(``console.bulk_pages``) follow the same pattern.
+``JobEvent`` with who and why plus a Django ``LogEntry``. Sending a signal to a durable job
+(``console.durable_pages``), pausing a queue (``console.queues``), a restore hold's actions
+(``console.restore_pages``), cancelling a workflow (``console.workflow_pages``, with its
+drawing) and acting on every job a filter matches (``console.bulk_pages``) follow the same
+pattern.
 
 Built for tables of millions of rows (:mod:`~django_jobs.console.listing`): no full
 ``COUNT(*)``, filter choices from loose index scans, every filter and the search served by an
@@ -28,6 +29,7 @@ from django.urls import URLPattern, path
 from django.utils.html import format_html
 
 from django_jobs.conf import jobs_settings
+from django_jobs.console import durable_actions
 from django_jobs.console.bulk_pages import BulkPages
 from django_jobs.console.display import duration, read_now
 from django_jobs.console.job_actions import ACTIONS, bulk
@@ -125,6 +127,9 @@ class JobAdmin(JobPage, QueuePages, RestorePages, WorkflowPages, BulkPages):
 
     has_resolve_failed_permission = has_resolve_completed_permission
 
+    def has_wake_permission(self, request: HttpRequest) -> bool:
+        return request.user.has_perm(f"django_jobs.{durable_actions.PERMISSION}")
+
     def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
         return [str(f) for _, options in self.fieldsets for f in options["fields"]]
 
@@ -204,6 +209,7 @@ class JobAdmin(JobPage, QueuePages, RestorePages, WorkflowPages, BulkPages):
         return [
             path("dashboard/", view(self.dashboard_view), name="django_jobs_job_dashboard"),
             path("act/<str:action_name>/", view(self.action_view), name="django_jobs_job_action"),
+            path("signal/<int:job_id>/", view(self.signal_view), name="django_jobs_job_signal"),
             path("queue/<str:verb>/", view(self.queue_action_view), name="django_jobs_queue"),
             path("restore/<str:verb>/", view(self.restore_action_view), name="django_jobs_restore"),
             path("workflow/<int:workflow_id>/", view(self.workflow_view), name="django_jobs_workflow"),

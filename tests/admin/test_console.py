@@ -14,11 +14,13 @@ from django.test import Client
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
+from django_jobs import enqueue
 from django_jobs.console import restore_holds
 from django_jobs.console.job_actions import ACTIONS
 from django_jobs.console.listing import EXACT_COUNT_LIMIT
 from django_jobs.models import ExternalCall, Job, JobEvent, LiveWorker, RestoreHold
 from django_jobs.states import EventKind, JobStatus
+from django_jobs.testing import run_durable
 from tests.admin.console import DASHBOARD, LIST, act_url, staff
 from tests.factories import JobFactory
 
@@ -31,12 +33,16 @@ def job_for(action: str) -> Job:
         return JobFactory(failed=True)
     if action == "cancel":
         return JobFactory()
+    if action == "wake":  # a durable job asleep for an hour
+        job = enqueue("test.durable", {"run": "wake", "script": [["step", "a"], ["sleep", 3600]]})
+        return run_durable(job)
     return JobFactory(status=JobStatus.NEEDS_REVIEW, attempts=1, last_error_code="LEASE_LOST")
 
 
 EXPECTED_STATUS = {
     "retry": JobStatus.PENDING,
     "cancel": JobStatus.CANCELLED,
+    "wake": JobStatus.PENDING,
     "resolve_completed": JobStatus.COMPLETED,
     "resolve_failed": JobStatus.FAILED,
 }
@@ -49,7 +55,7 @@ def test_every_action_for_every_kind_of_user(
     action: str, who: str, login: Callable[[User | None], Client], superuser: User
 ) -> None:
     job = job_for(action)
-    others = [p for p in {"retry_job", "cancel_job", "resolve_job"} if p != PERMISSION[action]]
+    others = [p for p in {"retry_job", "cancel_job", "resolve_job", "signal_job"} if p != PERMISSION[action]]
     user = {
         "superuser": superuser,
         "granted": staff("granted", "view_job", PERMISSION[action]),
@@ -57,7 +63,7 @@ def test_every_action_for_every_kind_of_user(
         "view_only": staff("viewer", "view_job"),
         "anonymous": None,
     }[who]
-    before = job.status
+    before, events_before = job.status, JobEvent.objects.filter(job=job).count()
     client = login(user)
     page = client.get(act_url(action, job.id))
     assert Job.objects.get(id=job.id).status == before  # the confirmation page changes nothing
@@ -76,7 +82,7 @@ def test_every_action_for_every_kind_of_user(
         expected = 302 if who == "anonymous" else 403  # anonymous: to the login page
         assert (page.status_code, done.status_code) == (expected, expected)
         assert job.status == before
-        assert not JobEvent.objects.filter(job=job).exists()
+        assert JobEvent.objects.filter(job=job).count() == events_before
         assert not LogEntry.objects.exists()
 
 

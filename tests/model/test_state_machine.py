@@ -45,13 +45,14 @@ from hypothesis.stateful import (
 
 import django_jobs
 from django_jobs import ActionRefused, Chain, Group, JobFilter, Step
-from django_jobs.console import actions, bulk_runner, restore_holds
+from django_jobs.console import actions, bulk_runner, durable_actions, restore_holds
 from django_jobs.durable import give_key
 from django_jobs.errors import ErrorCode
 from django_jobs.maintenance import pruner, reaper, rescuer
 from django_jobs.models import Job, JobEvent, JobStep, SignalKey, WorkflowStep
 from django_jobs.observe.diagnosis import explain
 from django_jobs.observe.reasons import Reason
+from django_jobs.states import EventKind
 from django_jobs.testing import where
 from django_jobs.transitions import KeyHeld
 from django_jobs.transitions import durable as durable_records
@@ -480,11 +481,13 @@ class JobsMachine(RuleBasedStateMachine):
     # ---- durable jobs: a webhook's signal, a sleep ended by hand --------------------------------
 
     @precondition(lambda self: bool(self.model.jobs))
-    @rule(data=st.data(), rolled_back=st.booleans())
-    def signal(self, data: st.DataObject, rolled_back: bool) -> None:
-        """A webhook signals a job (its key given on first use), in a transaction that commits
-        or rolls back: the job's status never changes; a job parked waiting for the signal is
-        due at once when it commits, and stays parked when it rolls back."""
+    @rule(data=st.data(), rolled_back=st.booleans(), by_operator=st.booleans())
+    def signal(self, data: st.DataObject, rolled_back: bool, by_operator: bool) -> None:
+        """A webhook signals a job (its key given on first use), or an operator does by its id,
+        in a transaction that commits or rolls back: the job's status never changes; a job
+        parked waiting for the signal is due at once when it commits, and stays parked when it
+        rolls back. The operator's signal is refused for a job that has ended, and recorded
+        (``signal_sent``) exactly when it commits."""
         COUNTS["steps"] += 1
         parked_ids = set(
             JobStep.objects.filter(kind="wait", ended_at__isnull=True).values_list("job_id", flat=True)
@@ -502,10 +505,27 @@ class JobsMachine(RuleBasedStateMachine):
         before = _statuses([job_id]).get(job_id)
         parked = where(job_id)
         was_later = _due_later(job_id)
+        recorded = JobEvent.objects.filter(job_id=job_id, kind=EventKind.SIGNAL_SENT).count()
+        refused = False
         with contextlib.suppress(_RolledBack), transaction.atomic():
-            django_jobs.signal(key, "go", {"by": "model"})
+            if by_operator:
+                try:
+                    durable_actions.send_signal(
+                        job_id, "go", {"by": "operator"}, reason="model", actor="model"
+                    )
+                except ActionRefused:
+                    refused = True
+            else:
+                django_jobs.signal(key, "go", {"by": "model"})
             if rolled_back:
                 raise _RolledBack
+        if by_operator and refused != (before not in ("pending", "running", "waiting")):
+            self.model.fail(f"an operator's signal to job {job_id} ({before}) refused: {refused}")
+        now_recorded = JobEvent.objects.filter(job_id=job_id, kind=EventKind.SIGNAL_SENT).count()
+        if now_recorded != recorded + (by_operator and not refused and not rolled_back):
+            self.model.fail(
+                f"the operator's signal to job {job_id} recorded {now_recorded - recorded} events"
+            )
         after = _statuses([job_id]).get(job_id)
         if after != before:
             self.model.fail(f"a signal moved job {job_id} from {before} to {after}")
@@ -518,9 +538,10 @@ class JobsMachine(RuleBasedStateMachine):
             self.model.fail(f"a rolled-back signal woke job {job_id}")
 
     @precondition(lambda self: bool(self.model.jobs))
-    @rule(data=st.data())
-    def wake(self, data: st.DataObject) -> None:
-        """A sleeping job woken by hand: due now, its status unchanged; any other, untouched."""
+    @rule(data=st.data(), by_operator=st.booleans())
+    def wake(self, data: st.DataObject, by_operator: bool) -> None:
+        """A sleeping job woken by hand (a test's ``wake``, or an operator's, audited): due now,
+        its status unchanged; any other, untouched, and the operator's wake refused."""
         COUNTS["steps"] += 1
         sleeping_ids = set(
             JobStep.objects.filter(kind="sleep", until__gt=Now()).values_list("job_id", flat=True)
@@ -530,7 +551,20 @@ class JobsMachine(RuleBasedStateMachine):
         job_id = self._pick(data, sorted(among), "woken")
         before = Job.objects.filter(id=job_id).values_list("status", "available_at").first()
         parked = where(job_id)
-        woke = durable_records.wake(job_id)
+        recorded = JobEvent.objects.filter(job_id=job_id, kind=EventKind.WOKEN).count()
+        if by_operator:
+            try:
+                durable_actions.wake(job_id, reason="model", actor="model")
+                woke = True
+            except ActionRefused:
+                woke = False
+        else:
+            woke = durable_records.wake(job_id)
+        now_recorded = JobEvent.objects.filter(job_id=job_id, kind=EventKind.WOKEN).count()
+        if now_recorded != recorded + (by_operator and woke):
+            self.model.fail(
+                f"a wake of job {job_id} recorded {now_recorded - recorded} events (woke: {woke})"
+            )
         after = Job.objects.filter(id=job_id).values_list("status", "available_at").first()
         sleeping = (
             parked is not None and parked.kind == "sleep" and before is not None and before[0] == "pending"
