@@ -164,7 +164,7 @@ def test_a_signal_before_the_wait_is_kept_for_it() -> None:
     ("fields", "said"),
     [
         ({"name": "paid", "data": "{not json", "reason": "r"}, "the data is not JSON"),
-        ({"name": "paid", "data": "NaN", "reason": "r"}, "NaN"),
+        ({"name": "paid", "data": "NaN", "reason": "r"}, "is nan, which is not valid JSON"),
         ({"name": "bad name!", "data": "", "reason": "r"}, "a signal name must be"),
         ({"name": "paid", "data": "", "reason": " "}, "Say why"),
         ({"name": "paid", "data": '"' + "x" * 2_000_000 + '"', "reason": "r"}, "MAX_PAYLOAD_BYTES"),

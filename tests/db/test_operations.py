@@ -19,11 +19,12 @@ from django.test import Client
 from django.urls import reverse
 
 import django_jobs
-from django_jobs import ActionRefused, CancelResult, JobNotFound
+from django_jobs import ActionRefused, CancelResult, JobNotFound, enqueue
 from django_jobs.console import actions
 from django_jobs.console.actions import default_actor
-from django_jobs.models import Job, JobEvent
+from django_jobs.models import Job, JobEvent, JobSignal
 from django_jobs.states import EventKind, JobStatus
+from django_jobs.testing import run_durable
 from tests.factories import JobFactory
 from tests.process.workers import ROOT
 
@@ -219,6 +220,12 @@ def test_jobs_does_what_applies_and_fails_for_the_rest() -> None:
         (["list", "--limit", "1001"], "'1001' is not a limit"),
         (["list", "--limit", "-5"], "is not a limit"),
         (["explain", "0"], "not a job id"),
+        (["wake", "12"], "the following arguments are required: --reason"),
+        (["wake", "--reason", "r"], "the following arguments are required: ID"),
+        (["signal", "12", "paid", "--data", "{oops", "--reason", "r"], "the data is not JSON"),
+        (["signal", "12", "bad name!", "--reason", "r"], "a signal name must be"),
+        (["signal", "12", "paid", "--data", "NaN", "--reason", "r"], "is nan, which is not valid JSON"),
+        (["signal", "12", "paid", "--reason", "r"], "only a pending, running or waiting job takes one"),
         (["forget", "12"], "invalid choice: 'forget'"),
     ],
 )
@@ -289,3 +296,24 @@ def test_jobs_exits_non_zero_with_the_refusal_on_stderr(worker_env: dict[str, st
     assert f"job {done.id} was not cancelled: it is completed" in result.stderr
     assert result.stdout == ""
     assert untouched(done)
+
+
+def test_jobs_wake_and_signal_act_on_durable_jobs_as_the_console_does() -> None:
+    sleeper = run_durable(enqueue("test.durable", {"run": "cli", "script": [["sleep", 3600], ["step", "a"]]}))
+    waiter = run_durable(enqueue("test.durable", {"run": "cli", "script": [["wait", "paid", 3600]]}))
+    out, _ = jobs("wake", str(sleeper.id), "--reason", "customer asked", "--actor", "ann")
+    assert out == f"job {sleeper.id}: woken (its sleep 'sleep#1' ended), due now\n"
+    event = JobEvent.objects.filter(job=sleeper).latest("id")
+    assert (event.kind, event.actor, event.reason) == (EventKind.WOKEN, "ann", "customer asked")
+    assert run_durable(sleeper).status == JobStatus.COMPLETED
+
+    with pytest.raises(CommandError, match="1 of 1 job"):
+        jobs("wake", str(waiter.id), "--reason", "try", "--actor", "ann")  # it waits, and is not woken
+    out, _ = jobs("signal", str(waiter.id), "paid", "--data", '{"amount": 5}', "--reason", "by phone")
+    assert out == f"job {waiter.id}: signal 'paid' sent\n"
+    out, _ = jobs("signal", str(waiter.id), "paid", "--data", "6", "--reason", "again")
+    assert "not stored: one of that name had come already" in out
+    assert JobSignal.objects.get(job=waiter).data == {"amount": 5}
+    assert run_durable(waiter).return_value == [{"amount": 5}]
+    sent = JobEvent.objects.filter(job=waiter, kind=EventKind.SIGNAL_SENT).count()
+    assert sent == 2 and not JobEvent.objects.filter(job=waiter, kind=EventKind.WOKEN).exists()

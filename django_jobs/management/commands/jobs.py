@@ -1,6 +1,8 @@
-"""``manage.py jobs retry|cancel|explain|list|operation``: what the console does, from a shell.
+"""``manage.py jobs retry|cancel|wake|signal|explain|list|operation``: what the console does,
+from a shell.
 
-Thin: it parses, then calls ``django_jobs.console.actions`` (the console's own audited path),
+Thin: it parses, then calls ``django_jobs.console.actions`` and ``console.durable_actions``
+(the console's own audited paths),
 ``django_jobs.console.bulk`` (retry or cancel every job a filter matches; see
 ``management.matching``) and ``diagnosis.explain``. Every bad value is refused by the parser
 with what was wrong.
@@ -18,8 +20,9 @@ from django.core.management.base import BaseCommand, CommandError
 
 from django_jobs.conf import jobs_settings
 from django_jobs.console import actions as operations
-from django_jobs.console import bulk
+from django_jobs.console import bulk, durable_actions
 from django_jobs.console.job_filter import CODE_RE
+from django_jobs.durable_rules import InvalidSignal
 from django_jobs.errors import JobNotFound
 from django_jobs.management import arguments, matching
 from django_jobs.management.commands.explainjob import job_id, write_explanation
@@ -51,8 +54,34 @@ def _limit(text: str) -> int:
     return int(text)
 
 
+def _signal_data(text: str) -> Any:
+    try:
+        return durable_actions.parse_data(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def _add_action(sub: argparse.ArgumentParser, verb: str) -> None:
     sub.add_argument("ids", nargs="*", type=job_id, metavar="ID", help="The jobs' ids; each is done alone.")
+    _add_who(sub)
+    matching.add_filter_arguments(sub, verb)
+
+
+def _add_durable(verbs: Any) -> None:
+    wake = verbs.add_parser("wake", help="End the sleep of sleeping durable jobs now: due at once.")
+    wake.add_argument("ids", nargs="+", type=job_id, metavar="ID", help="The jobs' ids; each is done alone.")
+    _add_who(wake)
+    signal = verbs.add_parser("signal", help="Send a durable job a signal, as its webhook would, by its id.")
+    signal.add_argument("id", type=job_id, help="The job's id.")
+    signal.add_argument("name", help="The signal's name, as the job's ctx.wait_for() names it.")
+    signal.add_argument(
+        "--data", type=_signal_data, default=None, help="The signal's data as JSON (default null)."
+    )
+    _add_who(signal)
+
+
+def _add_who(sub: argparse.ArgumentParser) -> None:
+    """Why, and who: the reason, and an actor's name or a Django user."""
     sub.add_argument("--reason", required=True, type=_reason, help="Why: kept in the job's history.")
     who = sub.add_mutually_exclusive_group()
     who.add_argument(
@@ -63,7 +92,6 @@ def _add_action(sub: argparse.ArgumentParser, verb: str) -> None:
         "--user", default=None, metavar="USERNAME",
         help="Act as this Django user: recorded by username, with an entry in the admin's history.",
     )  # fmt: skip
-    matching.add_filter_arguments(sub, verb)
 
 
 def _add_list(listing: argparse.ArgumentParser) -> None:
@@ -86,13 +114,14 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
         verbs = parser.add_subparsers(
-            dest="verb", required=True, metavar="retry|cancel|explain|list|operation"
+            dest="verb", required=True, metavar="retry|cancel|wake|signal|explain|list|operation"
         )
         _add_action(verbs.add_parser("retry", help="Retry failed, cancelled or parked jobs afresh."), "retry")
         _add_action(
             verbs.add_parser("cancel", help="Cancel pending jobs at once; ask running ones to stop."),
             "cancel",
         )
+        _add_durable(verbs)
         explain = verbs.add_parser("explain", help="Say why a job is not running, or what became of it.")
         explain.add_argument("id", type=job_id, help="The job's id.")
         explain.add_argument("--json", action="store_true", help="Print the explanation as JSON.")
@@ -115,6 +144,10 @@ class Command(BaseCommand):
             self._list(options)
         elif verb == "operation":
             self._operation(options)
+        elif verb == "wake":
+            self._wake(options)
+        elif verb == "signal":
+            self._signal(options)
         elif options["ids"]:
             if matching.filter_given(options) or options["apply"]:
                 raise CommandError("give job ids or filter options, not both")
@@ -153,6 +186,32 @@ class Command(BaseCommand):
         if refused:
             done = "retried" if verb == "retry" else "cancelled"
             raise CommandError(f"{refused} of {len(options['ids'])} job(s) were not {done}: see above")
+
+    def _wake(self, options: dict[str, Any]) -> None:
+        actor, refused = self._actor(options), 0
+        for job in options["ids"]:
+            try:
+                sleep = durable_actions.wake(job, reason=options["reason"], actor=actor)
+            except (ActionRefused, JobNotFound) as exc:
+                self.stderr.write(f"job {job}: {exc}")
+                refused += 1
+                continue
+            self.stdout.write(f"job {job}: woken (its sleep {sleep!r} ended), due now")
+        if refused:
+            raise CommandError(f"{refused} of {len(options['ids'])} job(s) were not woken: see above")
+
+    def _signal(self, options: dict[str, Any]) -> None:
+        job, name = options["id"], options["name"]
+        try:
+            stored = durable_actions.send_signal(
+                job, name, options["data"], reason=options["reason"], actor=self._actor(options)
+            )
+        except (InvalidSignal, ActionRefused, JobNotFound) as exc:
+            raise CommandError(f"job {job}: {exc}") from None
+        if stored:
+            self.stdout.write(f"job {job}: signal {name!r} sent")
+        else:
+            self.stdout.write(f"job {job}: signal {name!r} not stored: one of that name had come already")
 
     def _actor(self, options: dict[str, Any]) -> operations.Actor:
         if options["user"] is not None:
