@@ -16,10 +16,13 @@ from django.db import connections
 
 from django_jobs.conf import jobs_settings
 
-#: The open sleep or wait of a job (its last), with the job's signal key and the database's time.
+#: The open sleep or wait of a pending job (its last), with the job's signal key and the
+#: database's time. A job cancelled, failed or parked for review in its sleep keeps the record,
+#: but sleeps no longer: a retry makes it due, and its replay sleeps out what is left.
 SUSPENSION = """
 SELECT s.kind, s.name, s.until, s.created_at, k.key, now()
-FROM django_jobs_jobstep s LEFT JOIN django_jobs_signalkey k ON k.job_id = s.job_id
+FROM django_jobs_jobstep s JOIN django_jobs_job j ON j.id = s.job_id AND j.status = 'pending'
+LEFT JOIN django_jobs_signalkey k ON k.job_id = s.job_id
 WHERE s.job_id = %s AND ((s.kind = 'sleep' AND s.until > now()) OR (s.kind = 'wait' AND s.ended_at IS NULL))
 ORDER BY s.sequence DESC LIMIT 1
 """

@@ -73,6 +73,13 @@ def scripted(ctx: JobContext, payload: dict[str, Any]) -> list[Any]:
     return done
 
 
+@job("test.durable_external", max_attempts=5, backoff=FAST)
+def scripted_external(ctx: JobContext, payload: dict[str, Any]) -> list[Any]:
+    """:func:`scripted`, of a type whose effects may leave the database (the default): what a
+    restore hold keeps from starting."""
+    return scripted(ctx, payload)
+
+
 @job("test.order_flow", max_attempts=5, backoff=FAST, external=False)
 def order_flow(ctx: JobContext, payload: dict[str, Any]) -> dict[str, Any]:
     """Charge → wait for ``paid`` → ship → sleep → e-mail (views.py enqueues and signals it)."""
