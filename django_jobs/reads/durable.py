@@ -74,7 +74,13 @@ class DurableCounts:
 
     @property
     def any(self) -> bool:
+        """Whether any job sleeps or waits."""
         return bool(self.sleeping or self.waiting)
+
+    @property
+    def capped(self) -> bool:
+        """Whether a count stopped at the cap: there are at least that many."""
+        return max(self.sleeping, self.waiting, self.overdue) >= self.cap
 
 
 @dataclass(frozen=True, slots=True)

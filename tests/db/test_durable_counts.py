@@ -1,5 +1,5 @@
 """How many durable jobs sleep and wait for a signal: counted among pending jobs only, each up to
-the cap, read through the partial indexes of sleeps and open waits."""
+the cap, read through the partial indexes of sleeps and open waits, and shown on the dashboard."""
 
 from __future__ import annotations
 
@@ -8,8 +8,10 @@ import json
 from typing import Any
 
 import pytest
+from django.contrib.auth.models import User
 from django.db import connection
 from django.db.models.functions import Now
+from django.test import Client
 
 from django_jobs import cancel, enqueue
 from django_jobs.models import Job, JobStep
@@ -18,6 +20,8 @@ from django_jobs.reads.durable import DurableCounts, durable_counts
 from django_jobs.testing import deliver, run_durable, wake
 
 pytestmark = pytest.mark.django_db
+
+DASHBOARD = "/admin/django_jobs/job/dashboard/"
 
 
 def sleeping(run: str) -> Job:
@@ -78,6 +82,25 @@ def test_each_count_stops_at_the_cap(monkeypatch: pytest.MonkeyPatch) -> None:
     for job in waits:
         past_its_timeout(job)
     assert durable_counts() == DurableCounts(sleeping=2, waiting=2, overdue=2, cap=2)
+
+
+@pytest.fixture
+def page(client: Client) -> Client:
+    client.force_login(User.objects.create_superuser("root", "root@example.com", "pw"))
+    return client
+
+
+def test_the_dashboard_shows_them_and_says_where_it_stopped_counting(
+    page: Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert 'id="durable"' not in page.get(DASHBOARD).content.decode()  # none: nothing to say
+    a_mix()
+    content = page.get(DASHBOARD).content.decode()
+    assert "Durable jobs: <strong>2</strong> sleeping, <strong>3</strong> waiting for a signal" in content
+    assert "(1 past its timeout" in content
+    monkeypatch.setattr(queues, "COUNT_CAP", 1)
+    content = page.get(DASHBOARD).content.decode()
+    assert "<strong>1+</strong> sleeping, <strong>1+</strong> waiting for a signal (1+ past" in content
 
 
 # ---- the plan: a range of each partial index ---------------------------------------------------
