@@ -1,5 +1,6 @@
 """How many durable jobs sleep and wait for a signal: counted among pending jobs only, each up to
-the cap, read through the partial indexes of sleeps and open waits, and shown on the dashboard."""
+the cap, read through the partial indexes of sleeps and open waits, and shown on the dashboard
+and in the scrape."""
 
 from __future__ import annotations
 
@@ -11,7 +12,8 @@ import pytest
 from django.contrib.auth.models import User
 from django.db import connection
 from django.db.models.functions import Now
-from django.test import Client
+from django.test import Client, override_settings
+from prometheus_client.parser import text_string_to_metric_families
 
 from django_jobs import cancel, enqueue
 from django_jobs.models import Job, JobStep
@@ -22,6 +24,8 @@ from django_jobs.testing import deliver, run_durable, wake
 pytestmark = pytest.mark.django_db
 
 DASHBOARD = "/admin/django_jobs/job/dashboard/"
+METRICS = "/jobs/metrics"
+TOKEN = "a-metrics-token-long-enough-0123"
 
 
 def sleeping(run: str) -> Job:
@@ -101,6 +105,32 @@ def test_the_dashboard_shows_them_and_says_where_it_stopped_counting(
     monkeypatch.setattr(queues, "COUNT_CAP", 1)
     content = page.get(DASHBOARD).content.decode()
     assert "<strong>1+</strong> sleeping, <strong>1+</strong> waiting for a signal (1+ past" in content
+
+
+def scrape(client: Client) -> dict[tuple[str, str], float]:
+    response = client.get(METRICS, HTTP_AUTHORIZATION=f"Bearer {TOKEN}")
+    assert response.status_code == 200, response.content
+    return {
+        (sample.name, sample.labels.get("state", "")): sample.value
+        for family in text_string_to_metric_families(response.content.decode())
+        for sample in family.samples
+    }
+
+
+@override_settings(DJANGO_JOBS={"METRICS_TOKEN": TOKEN})
+def test_the_scrape_serves_them_as_gauges(client: Client, monkeypatch: pytest.MonkeyPatch) -> None:
+    got = scrape(client)
+    assert got[("django_jobs_durable_jobs", "sleeping")] == 0  # always there, at zero
+    a_mix()
+    got = scrape(client)
+    assert got[("django_jobs_durable_jobs", "sleeping")] == 2
+    assert got[("django_jobs_durable_jobs", "waiting")] == 3
+    assert got[("django_jobs_durable_waits_overdue", "")] == 1
+    monkeypatch.setattr(queues, "COUNT_CAP", 1)
+    got = scrape(client)
+    assert got[("django_jobs_durable_jobs", "waiting")] == 1
+    body = client.get(METRICS, HTTP_AUTHORIZATION=f"Bearer {TOKEN}").content.decode()
+    assert "# HELP django_jobs_durable_jobs" in body and "Counted up to 1:" in body
 
 
 # ---- the plan: a range of each partial index ---------------------------------------------------
