@@ -43,6 +43,10 @@ FROM django_jobs_jobstep WHERE job_id = %s ORDER BY sequence
 #: entry, a boolean subquery the planner neither turns into a join (which would be free to hash
 #: every pending job of the table first) nor prices as rare (as it would an equality on its
 #: result, and then read the range whole to sort it): it takes half of the entries to pass.
+#: The entries of jobs no longer pending are read past, not counted: beyond the cap, a count
+#: costs what those in its range are (waits of jobs cancelled while they waited stay open until
+#: RETENTION removes the jobs), not what the table holds. The overdue waits are read newest
+#: first: a cancelled job's wait times out and gathers with the old ones.
 COUNTS = """
 SELECT
     (SELECT count(*) FROM (
@@ -141,9 +145,9 @@ def steps(job_id: int, db: str | None = None) -> list[StepRecord]:
 
 def durable_counts() -> DurableCounts:
     """How many pending jobs sleep, wait for a signal and wait past their timeout, each up to
-    ``COUNT_CAP`` (read when called), so that the read costs the same on a table of any size. A
-    job whose signal came is counted waiting until a worker takes the signal, as
-    :func:`suspension` places it."""
+    ``COUNT_CAP`` (read when called), so that the read costs the same on a table of any size
+    (and of as many ended records as it holds). A job whose signal came is counted waiting until
+    a worker takes the signal, as :func:`suspension` places it."""
     cap = queues.COUNT_CAP
     with bounded_cursor() as cursor:
         cursor.execute(COUNTS, {"cap": cap})
