@@ -23,6 +23,7 @@ from django_jobs.reads import dashboard as reads
 from django_jobs.reads.activity import activity
 from django_jobs.reads.bounded import bounded_reads
 from django_jobs.reads.clock import database_now
+from django_jobs.reads.durable import DurableCounts, durable_counts
 from django_jobs.reads.queues import QueueRow, queue_rows
 from django_jobs.reads.replica import on_primary
 from django_jobs.registry import registry
@@ -49,6 +50,8 @@ class Dashboard:
     horizon: list[dict[str, Any]] = field(default_factory=list)
     #: The open restore hold, if one is: the jobs of external types wait for an operator.
     restore_hold: RestoreHold | None = None
+    #: The pending durable jobs asleep and waiting for a signal, each counted up to its cap.
+    durable: DurableCounts | None = None
     charts: dict[str, SafeString] = field(default_factory=dict)
     #: The minutes of ``throughput`` counted up to ``minute_cap`` only: they held more.
     capped_minutes: frozenset[dt.datetime] = frozenset()
@@ -157,6 +160,7 @@ def _build() -> Dashboard:
         generated_at=now,
         horizon=[{"holder": h, "remedy": horizon.remedy(h)} for h in held],
         restore_hold=open_hold(jobs_settings.DATABASE),
+        durable=durable_counts(),
         capped_minutes=recent.capped_minutes,
         executions_since=recent.executions_since,
         executions_sampled=recent.executions_sampled,

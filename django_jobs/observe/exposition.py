@@ -1,9 +1,11 @@
 """What a scrape is served besides a process's own counters: the database's state per queue,
 as gauges (:func:`queue_families`, the dashboard's own figures from
-``django_jobs.reads.queues.queue_rows``), how far behind the replica they were read from is
-(:func:`replica_family`, with ``CONSOLE_DATABASE``), and the check of a scrape's bearer token.
+``django_jobs.reads.queues.queue_rows``), the durable jobs asleep and waiting for a signal
+(:func:`durable_families`, from ``django_jobs.reads.durable.durable_counts``), how far behind
+the replica they were read from is (:func:`replica_family`, with ``CONSOLE_DATABASE``), and the
+check of a scrape's bearer token.
 
-The metrics view of ``django_jobs.urls`` serves both; the worker's ``--metrics-port`` checks the
+The metrics view of ``django_jobs.urls`` serves them all; the worker's ``--metrics-port`` checks the
 token too.
 """
 
@@ -16,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from django_jobs.observe.labels import PREFIX
 
 if TYPE_CHECKING:
+    from django_jobs.reads.durable import DurableCounts
     from django_jobs.reads.queues import QueueRow
     from django_jobs.reads.replica import Lag
 
@@ -74,6 +77,33 @@ def queue_families(rows: Iterable[QueueRow]) -> Iterator[Any]:
                 value = float(getattr(row, attr) or 0)
             family.add_metric([row.queue], value)
     yield from families.values()
+
+
+#: (metric suffix, help) of the durable jobs' gauges: the jobs by ``state``, sleeping or waiting
+#: (a state a job is in, so that their sum means something), and the waits past their timeout,
+#: apart: they are among the waiting ones.
+DURABLE_JOBS = (
+    "durable_jobs",
+    "Pending durable jobs asleep (state=sleeping) or waiting for a signal (state=waiting)." + _CAPPED,
+)
+DURABLE_WAITS_OVERDUE = (
+    "durable_waits_overdue",
+    "Durable jobs waiting for a signal past their timeout (among state=waiting): due, for a worker "
+    "to take and time the wait out." + _CAPPED,
+)
+
+
+def durable_families(counts: DurableCounts) -> Iterator[Any]:
+    """The durable jobs' gauges of the dashboard's counts, as prometheus-client metric families."""
+    from prometheus_client.core import GaugeMetricFamily
+
+    suffix, text = DURABLE_JOBS
+    jobs = GaugeMetricFamily(f"{PREFIX}_{suffix}", text.format(cap=counts.cap), labels=["state"])
+    jobs.add_metric(["sleeping"], float(counts.sleeping))
+    jobs.add_metric(["waiting"], float(counts.waiting))
+    yield jobs
+    suffix, text = DURABLE_WAITS_OVERDUE
+    yield GaugeMetricFamily(f"{PREFIX}_{suffix}", text.format(cap=counts.cap), value=float(counts.overdue))
 
 
 def replica_family(lag: Lag) -> Any:

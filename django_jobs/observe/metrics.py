@@ -5,9 +5,10 @@ Two kinds, as the peers split them (celery-exporter, River's and Oban's telemetr
 - *events*, counted by the process they happen in: jobs enqueued (any process), and started,
   finished and recovered (a worker, only when it serves ``runjobs --metrics-port``); each
   worker exposes its own on its port, so a scrape never hits the database once per worker;
-- *state*, read from the database when scraped (:func:`queue_families`): per queue, the
-  dashboard's own figures (``django_jobs.reads.queues.queue_rows``), served by the view of
-  ``django_jobs.urls``.
+- *state*, read from the database when scraped (:func:`queue_families`,
+  :func:`durable_families`): per queue, the dashboard's own figures
+  (``django_jobs.reads.queues.queue_rows``), and its durable jobs asleep and waiting
+  (``django_jobs.reads.durable.durable_counts``), served by the view of ``django_jobs.urls``.
 
 Every label a worker's counters carry holds at most ``METRICS_MAX_LABEL_VALUES`` distinct
 values (:class:`~django_jobs.observe.labels.LabelValues`); later values are counted as ``other``.
@@ -33,6 +34,7 @@ from django_jobs.observe.counters import WAIT_BUCKETS as WAIT_BUCKETS
 from django_jobs.observe.counters import Metrics as Metrics
 from django_jobs.observe.exposition import QUEUE_GAUGES as QUEUE_GAUGES
 from django_jobs.observe.exposition import bearer_token_matches as bearer_token_matches
+from django_jobs.observe.exposition import durable_families as durable_families
 from django_jobs.observe.exposition import queue_families as queue_families
 from django_jobs.observe.labels import OTHER as OTHER
 from django_jobs.observe.labels import PREFIX as PREFIX

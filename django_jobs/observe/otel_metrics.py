@@ -9,8 +9,8 @@ Two kinds, as with Prometheus:
   wait, jobs the reaper recovered. A worker records them when a meter provider is set and
   ``runjobs --metrics-port`` is not given (that one serves Prometheus instead);
 - *state*, read from the database at each collection (:func:`observe_queues`): the dashboard's
-  per-queue figures, the gauges of ``/metrics``. Call it in one process only: each process that
-  observes them reads the database at every export.
+  per-queue figures and its durable jobs asleep and waiting, the gauges of ``/metrics``. Call
+  it in one process only: each process that observes them reads the database at every export.
 
 Names follow OpenTelemetry's messaging conventions where they have one
 (``messaging.client.sent.messages``, ``messaging.client.consumed.messages``,
@@ -31,7 +31,7 @@ from opentelemetry.metrics import CallbackOptions, Observation
 
 from django_jobs.decision import Happened
 from django_jobs.errors import ErrorCode
-from django_jobs.observe.exposition import QUEUE_GAUGES
+from django_jobs.observe.exposition import DURABLE_JOBS, DURABLE_WAITS_OVERDUE, QUEUE_GAUGES
 from django_jobs.observe.labels import LabelValues
 
 if TYPE_CHECKING:
@@ -153,31 +153,46 @@ def recorder() -> OtelMetrics | None:
 
 
 class _QueueFigures:
-    """The per-queue rows, read at most once per ``QUEUE_READ_FRESH_FOR``: the gauges of one
-    collection share one read."""
+    """The per-queue rows and the durable jobs' counts, read at most once per
+    ``QUEUE_READ_FRESH_FOR``: the gauges of one collection share one read."""
 
     def __init__(self) -> None:
         self._rows: list[Any] = []
+        self._durable: Any = None
         self._read_at = -QUEUE_READ_FRESH_FOR
         self._lock = threading.Lock()
 
     def rows(self) -> list[Any]:
+        with self._lock:
+            self._refresh()
+            return self._rows
+
+    def durable(self) -> Any:
+        """The dashboard's ``DurableCounts``."""
+        with self._lock:
+            self._refresh()
+            return self._durable
+
+    def _refresh(self) -> None:
         from django.db import close_old_connections
 
+        from django_jobs.reads.bounded import bounded_reads
+        from django_jobs.reads.durable import durable_counts
         from django_jobs.reads.queues import queue_rows
 
-        with self._lock:
-            if time.monotonic() - self._read_at >= QUEUE_READ_FRESH_FOR:
-                try:
-                    self._rows = queue_rows()
-                finally:
-                    close_old_connections()  # the exporter's thread: no connection left open
-                self._read_at = time.monotonic()
-            return self._rows
+        if time.monotonic() - self._read_at < QUEUE_READ_FRESH_FOR:
+            return
+        try:
+            with bounded_reads():  # one transaction for both reads, as the dashboard's
+                self._rows, self._durable = queue_rows(), durable_counts()
+        finally:
+            close_old_connections()  # the exporter's thread: no connection left open
+        self._read_at = time.monotonic()
 
 
 def observe_queues() -> None:
     """Register the per-queue gauges (``django_jobs.queue.pending``, ``…due``, ``…running``, …)
+    and the durable jobs' (``django_jobs.durable.jobs`` by state, ``django_jobs.durable.waits_overdue``)
     with the meter provider set now: each collection reads the figures once. Call it in one
     process (a worker host's, or the reaper's): every process that does reads the database."""
     figures = _QueueFigures()
@@ -186,6 +201,26 @@ def observe_queues() -> None:
         name = "django_jobs." + suffix.replace("queue_", "queue.", 1)
         description = text.split(" Counted")[0]  # the cap is said in docs/operations/metrics.md
         meter.create_observable_gauge(name, callbacks=[_gauge(figures, attr)], description=description)
+    for (suffix, text), observe in ((DURABLE_JOBS, _durable_jobs), (DURABLE_WAITS_OVERDUE, _durable_overdue)):
+        name = "django_jobs." + suffix.replace("durable_", "durable.", 1)
+        description = text.split(" Counted")[0]
+        meter.create_observable_gauge(name, callbacks=[observe(figures)], description=description)
+
+
+def _durable_jobs(figures: _QueueFigures) -> Any:
+    def observe(options: CallbackOptions) -> Iterable[Observation]:
+        counts = figures.durable()
+        for state, value in (("sleeping", counts.sleeping), ("waiting", counts.waiting)):
+            yield Observation(float(value), {"messaging.system": SYSTEM, "django_jobs.durable.state": state})
+
+    return observe
+
+
+def _durable_overdue(figures: _QueueFigures) -> Any:
+    def observe(options: CallbackOptions) -> Iterable[Observation]:
+        yield Observation(float(figures.durable().overdue), {"messaging.system": SYSTEM})
+
+    return observe
 
 
 def _gauge(figures: _QueueFigures, attr: str) -> Any:

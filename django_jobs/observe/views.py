@@ -1,5 +1,6 @@
-"""The metrics view: the database's per-queue state and this process's own counters, for
-Prometheus. Include it with ``path("jobs/", include("django_jobs.urls"))``: ``/jobs/metrics``.
+"""The metrics view: the database's per-queue state, its durable jobs asleep and waiting, and
+this process's own counters, for Prometheus. Include it with
+``path("jobs/", include("django_jobs.urls"))``: ``/jobs/metrics``.
 
 With ``CONSOLE_DATABASE``, the per-queue state is read from that replica, as the console's pages
 are, and the scrape says how far behind it is (``django_jobs_console_replica_lag_seconds``).
@@ -19,6 +20,8 @@ from django.views.decorators.http import require_GET
 
 from django_jobs.conf import jobs_settings
 from django_jobs.observe import exposition, metrics
+from django_jobs.reads.bounded import bounded_reads
+from django_jobs.reads.durable import durable_counts
 from django_jobs.reads.queues import queue_rows
 from django_jobs.reads.replica import Lag, console_reads
 
@@ -54,14 +57,17 @@ def metrics_view(request: HttpRequest) -> HttpResponse:
 
 
 class _QueueState:
-    """Reads the per-queue figures at each scrape: the numbers of the dashboard's queue table,
-    and the lag of the replica they were read from, if they were."""
+    """Reads the per-queue figures at each scrape: the numbers of the dashboard's queue table
+    and of its durable jobs, and the lag of the replica they were read from, if they were."""
 
     def __init__(self, lag: Lag | None) -> None:
         self.lag = lag
 
     def collect(self):  # type: ignore[no-untyped-def]
-        yield from exposition.queue_families(queue_rows())
+        with bounded_reads():  # one transaction for both reads, as the dashboard's
+            rows, durable = queue_rows(), durable_counts()
+        yield from exposition.queue_families(rows)
+        yield from exposition.durable_families(durable)
         if self.lag is not None:
             yield exposition.replica_family(self.lag)
 

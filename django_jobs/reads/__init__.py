@@ -7,6 +7,8 @@ statement with the index that serves it, each behind a named function that says 
 - :mod:`~django_jobs.reads.activity`: the dashboard's last hour (completions per minute, retry
   rate, processing times) and last day's failures, each read up to a cap;
 - :mod:`~django_jobs.reads.dashboard`: the dashboard's SLA, retention and workers;
+- :mod:`~django_jobs.reads.durable`: where a durable job sleeps or waits, what it recorded, and
+  how many sleep and wait (the dashboard's and the metrics view's counts, each up to a cap);
 - :mod:`~django_jobs.reads.bounded`: the transaction of the reads a cap bounds (JIT off);
 - :mod:`~django_jobs.reads.findings`: what ``checkjobs`` and the health check look for;
 - :mod:`~django_jobs.reads.estimates`: the planner's estimate of the job list's size;

@@ -21,7 +21,7 @@ from django_jobs.models import Job
 from django_jobs.observe import metrics
 from django_jobs.observe.otel_metrics import observe_queues
 from django_jobs.states import JobStatus
-from django_jobs.testing import run_jobs
+from django_jobs.testing import run_durable, run_jobs
 from testproject.testjobs.models import BusinessRow
 from tests.db.inprocess import run_worker
 from tests.factories import JobFactory
@@ -99,6 +99,19 @@ def test_the_queues_gauges_read_the_dashboards_figures(reader: InMemoryMetricRea
     assert {name for name in found if name.startswith("django_jobs.queue.")} >= {
         "django_jobs.queue.running", "django_jobs.queue.failed", "django_jobs.queue.oldest_due_seconds",
     }  # fmt: skip
+
+
+def test_the_durable_jobs_gauges_read_the_dashboards_counts(reader: InMemoryMetricReader) -> None:
+    run_durable(enqueue("test.durable", {"run": "o1", "script": [["sleep", 3600]]}))
+    run_durable(enqueue("test.durable", {"run": "o2", "script": [["wait", "paid", 3600]]}, signal_key="o:2"))
+    run_durable(enqueue("test.durable", {"run": "o3", "script": [["wait", "paid", 3600]]}, signal_key="o:3"))
+    observe_queues()
+
+    found = points(reader)
+    assert _sum(found, "django_jobs.durable.jobs", **{"django_jobs.durable.state": "sleeping"}) == 1
+    assert _sum(found, "django_jobs.durable.jobs", **{"django_jobs.durable.state": "waiting"}) == 2
+    assert "django_jobs.durable.waits_overdue" in found
+    assert _sum(found, "django_jobs.durable.waits_overdue") == 0
 
 
 def test_the_commands_refuse_queue_gauges_without_a_meter_provider_and_run_nothing() -> None:
