@@ -73,9 +73,9 @@ def scripted(ctx: JobContext, payload: dict[str, Any]) -> list[Any]:
     return done
 
 
-@job("test.durable_external", max_attempts=5, backoff=FAST)
+@job("test.durable_external", max_attempts=5, backoff=FAST, external=True)
 def scripted_external(ctx: JobContext, payload: dict[str, Any]) -> list[Any]:
-    """:func:`scripted`, of a type whose effects may leave the database (the default): what a
+    """:func:`scripted`, of a type whose effects leave the database (a provider's): what a
     restore hold keeps from starting."""
     return scripted(ctx, payload)
 
