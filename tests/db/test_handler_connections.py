@@ -7,17 +7,19 @@ of its own, as a worker's slot is, so that cutting its connection leaves the tes
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
 
 import pytest
-from django.db import connection, connections
+from django.db import connection, connections, transaction
 
 from django_jobs import ErrorCode, enqueue
 from django_jobs.decision import Happened
 from django_jobs.models import ProcessedEffect
 from django_jobs.runtime.executor import Finished, execute
+from django_jobs.runtime.handler_connections import reset_connections
 from django_jobs.runtime.lease import Lease
 from django_jobs.transitions import ClaimStatement, claim
 
@@ -103,3 +105,32 @@ def test_a_query_the_database_cancels_is_the_handler_failure_not_an_outage(slot:
     assert finished.happened is Happened.RETRYABLE and finished.error_code != ErrorCode.DATABASE_UNAVAILABLE
     assert "statement timeout" in (finished.error or "")
     assert slot.backend_pid() == before  # sound, and kept
+
+
+@pytest.mark.django_db(transaction=True, databases=["default", "replica"])
+def test_a_connection_a_later_job_opened_and_left_in_a_transaction_is_closed(slot: Slot) -> None:
+    """The thread's first job finds its connections; one it opens afterwards, on another
+    database, is named as it opens, and closed after its job if left in a transaction."""
+    assert slot.run_next("test.noop", {}).happened is Happened.COMPLETED
+
+    def leave_a_transaction_open() -> int:
+        transaction.atomic(using="replica").__enter__()  # a handler's block never exited
+        with connections["replica"].cursor() as cursor:
+            cursor.execute("SELECT pg_backend_pid()")
+            return int(cursor.fetchone()[0])
+
+    pid = slot.call(leave_a_transaction_open)
+    slot.call(reset_connections)
+
+    assert slot.call(lambda: connections["replica"].in_atomic_block) is False  # a fresh wrapper
+    deadline = time.monotonic() + 10
+    while _backend_alive(pid):  # its backend ends as the server sees the connection close
+        assert time.monotonic() < deadline, f"backend {pid} still open: the transaction was left"
+        time.sleep(0.05)
+    assert slot.run_next("test.noop", {}).happened is Happened.COMPLETED
+
+
+def _backend_alive(pid: int) -> bool:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT count(*) FROM pg_stat_activity WHERE pid = %s", [pid])
+        return bool(cursor.fetchone()[0])
