@@ -23,7 +23,7 @@ from collections.abc import Callable
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from django.db import IntegrityError, connections, transaction
+from django.db import IntegrityError, transaction
 
 from django_jobs.conf import jobs_settings
 from django_jobs.durable_rules import (
@@ -35,6 +35,7 @@ from django_jobs.durable_rules import (
     sleep_seconds,
     step_json,
 )
+from django_jobs.runtime.handler_connections import jobs_wrapper
 from django_jobs.transitions import durable as records
 
 T = TypeVar("T")
@@ -267,7 +268,7 @@ class DurableSteps:
 
 def atomic_depth() -> tuple[bool, int]:
     """Whether the jobs connection is in a transaction, and how many savepoints deep."""
-    connection = connections[jobs_settings.DATABASE]
+    connection = jobs_wrapper()
     return connection.in_atomic_block, len(connection.savepoint_ids)
 
 

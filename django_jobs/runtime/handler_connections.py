@@ -105,6 +105,16 @@ def reset_connections() -> None:
     _thread.kept = kept
 
 
+def jobs_wrapper() -> Any:
+    """This thread's Django connection (the wrapper) to the jobs database: the one its jobs
+    opened, as ``connection_created`` named it, without asking Django's connection handler
+    (a thread-local lookup at every call); asked when this thread has run no job yet."""
+    opened = getattr(_thread, "opened", None)
+    alias = jobs_settings.DATABASE
+    wrapper = None if opened is None else opened.get(alias)
+    return connections[alias] if wrapper is None else wrapper
+
+
 def _opened(sender: Any, connection: Any, **kwargs: Any) -> None:
     """``connection_created``: a connection this thread opened is one to check after its jobs."""
     opened = getattr(_thread, "opened", None)
@@ -117,7 +127,9 @@ connection_created.connect(_opened, dispatch_uid="django_jobs.handler_connection
 
 def _keep(connection: Any) -> bool:
     """Close ``connection`` if it is spoilt; return whether it stays open."""
-    if connection.in_atomic_block or connection.get_autocommit() != connection.settings_dict["AUTOCOMMIT"]:
+    # ``autocommit`` as get_autocommit() reads it, without its check for an event loop and for
+    # a connection: the caller looks at open connections only.
+    if connection.in_atomic_block or connection.autocommit != connection.settings_dict["AUTOCOMMIT"]:
         # A handler left a transaction open (an atomic block entered and never exited):
         # closing the connection rolls it back; the next job gets a fresh wrapper.
         with contextlib.suppress(Exception):
