@@ -71,7 +71,14 @@ def attach_contexts(claims: Sequence[Claim]) -> None:
     """Read the trace context stored with each claimed job onto its claim (one statement for
     the whole claim), when tracing is on. The claim itself does not read the column: a worker
     that does not trace pays nothing for it."""
-    if claims and enabled():
+    if not claims:
+        return
+    # Asked once for the batch: each execution of it reads the answer instead of asking
+    # OpenTelemetry again (its tracer provider's lookup reads the environment when none is set).
+    traced = enabled()
+    for claim in claims:
+        claim.traced = traced
+    if traced:
         from django_jobs.reads.trace_contexts import trace_contexts
 
         found = trace_contexts([claim.id for claim in claims])
@@ -97,7 +104,8 @@ def retry_span(queue: str, job_type: str, job_id: int) -> AbstractContextManager
 def execution(claim: Claim) -> AbstractContextManager[Any]:
     """The ``process`` span around one execution of ``claim``, current inside the block (the
     handler's own spans nest under it), when tracing is on; else a block that yields None."""
-    made = spans() if enabled() else None
+    traced = enabled() if claim.traced is None else claim.traced
+    made = spans() if traced else None
     if made is None:
         return nullcontext()
     block = made.processing(

@@ -62,6 +62,9 @@ class Claim:
     #: The trace context stored with the job (JSON text), read after the claim by a worker
     #: that traces (``observe.tracing.attach_contexts``); None otherwise.
     trace_context: str | None = None
+    #: Whether its execution is traced, as asked once for its claimed batch (``attach_contexts``);
+    #: None when nobody asked, and the execution asks itself.
+    traced: bool | None = None
     #: The job's (created_at, available_at), read after the claim while ``job_started`` has a
     #: receiver (``runtime.started.read_after_claim``); None otherwise.
     start_times: tuple[dt.datetime, dt.datetime] | None = None
