@@ -196,10 +196,54 @@ def floor(cluster: Any, n: int, indexes: str = "") -> float:
     return (client + server) / n * 1e6
 
 
+def enqueue_params() -> tuple[str, dict[str, Any]]:
+    """The statement and parameters ``enqueue("test.noop", {})`` sends, as it sends them."""
+    from django_jobs import enqueue
+    from django_jobs.transitions import enqueue as enqueue_sql
+
+    seen: dict[str, Any] = {}
+    real = enqueue_sql.insert
+
+    def spy(cursor: Any, shared: Any, jobs: Any) -> Any:
+        payload, key, concurrency_key = jobs[0]
+        seen.update(shared, payload=payload, key=key, concurrency_key=concurrency_key, concurrency_limit=None)
+        return real(cursor, shared, jobs)
+
+    enqueue_sql.insert = spy  # type: ignore[assignment]
+    try:
+        enqueue("test.noop", {})
+    finally:
+        enqueue_sql.insert = real  # type: ignore[assignment]
+    return enqueue_sql.INSERT_ONE, seen
+
+
+def psycopg_alone(cluster: Any, postmaster: int, n: int, statement: str, params: Any) -> tuple[float, float]:
+    """``statement`` run ``n`` times by a bare psycopg connection in autocommit, prepared, the
+    parameters bound by the server: what any Python client pays for it. (jobs/s, CPU µs a job)."""
+    import resource
+
+    import psycopg
+
+    with psycopg.connect(cluster.url, autocommit=True, prepare_threshold=0) as conn:
+        cursor = conn.cursor()
+        for _ in range(200):
+            cursor.execute(statement, params)
+        usage = resource.getrusage(resource.RUSAGE_SELF)
+        client_before, server_before = usage.ru_utime + usage.ru_stime, cluster_cpu(postmaster)
+        started = time.perf_counter()
+        for _ in range(n):
+            cursor.execute(statement, params)
+        elapsed = time.perf_counter() - started
+        usage = resource.getrusage(resource.RUSAGE_SELF)
+        cpu = usage.ru_utime + usage.ru_stime - client_before + cluster_cpu(postmaster) - server_before
+    return n / elapsed, cpu / n * 1e6
+
+
 def enqueue_one_by_one(cluster: Any, n: int) -> dict[str, float]:
     """``n`` calls of ``enqueue("test.noop", {})``, each its own transaction (autocommit), beside
-    pgbench's one-row INSERT of the same kind on the floor's table: jobs/s, and CPU µs a job
-    (the client's and the server's)."""
+    the same INSERT sent by a bare psycopg connection, and beside pgbench's one-row INSERT of
+    the same kind on the floor's table (and that INSERT sent by psycopg): jobs/s, and CPU µs a
+    job (the client's and the server's)."""
     import resource
 
     import psycopg
@@ -209,6 +253,7 @@ def enqueue_one_by_one(cluster: Any, n: int) -> dict[str, float]:
     postmaster = int((cluster.data / "postmaster.pid").read_text().split()[0])
     with psycopg.connect(cluster.url, autocommit=True) as conn:
         conn.execute("TRUNCATE django_jobs_job CASCADE")
+        statement, params = enqueue_params()
         for _ in range(200):  # warm: the connection, the prepared statement, the imports
             enqueue("test.noop", {})
         conn.execute("CHECKPOINT")
@@ -220,6 +265,12 @@ def enqueue_one_by_one(cluster: Any, n: int) -> dict[str, float]:
         elapsed = time.perf_counter() - started
         usage = resource.getrusage(resource.RUSAGE_SELF)
         ours_cpu = usage.ru_utime + usage.ru_stime - client_before + cluster_cpu(postmaster) - server_before
+        conn.execute("CHECKPOINT")
+        alone_rate, alone_cpu = psycopg_alone(cluster, postmaster, n, statement, params)
+        conn.execute(FLOOR_SCHEMA)
+        conn.execute("CHECKPOINT")
+        floor_insert = FLOOR_ENQUEUE.replace(":client_id", "1")
+        python_floor_rate, _ = psycopg_alone(cluster, postmaster, n, floor_insert, None)
         conn.execute(FLOOR_SCHEMA)
         conn.execute("CHECKPOINT")
         with tempfile.NamedTemporaryFile("w", suffix=".sql") as script:
@@ -239,6 +290,9 @@ def enqueue_one_by_one(cluster: Any, n: int) -> dict[str, float]:
     return {
         "rate": n / elapsed,
         "cpu": ours_cpu / n * 1e6,
+        "alone_rate": alone_rate,
+        "alone_cpu": alone_cpu,
+        "python_floor_rate": python_floor_rate,
         "floor_rate": n / floor_elapsed,
         "floor_cpu": floor_cpu / n * 1e6,
     }
@@ -310,10 +364,16 @@ def main() -> None:
                 return statistics.median(r[key] for r in rows)
 
             rate, cpu, floor_rate = middle("rate"), middle("cpu"), middle("floor_rate")
+            alone, python_floor = middle("alone_rate"), middle("python_floor_rate")
             print(
                 f"enqueue() one by one, N={args.enqueue:,}: {rate:,.0f} jobs/s, {cpu:.0f} µs CPU a job; "
                 f"pgbench's INSERT: {floor_rate:,.0f} jobs/s, {middle('floor_cpu'):.0f} µs; "
                 f"{rate / floor_rate:.2f}× its rate"
+            )
+            print(
+                f"  psycopg alone, enqueue()'s INSERT: {alone:,.0f} jobs/s, {middle('alone_cpu'):.0f} µs "
+                f"(enqueue() is {rate / alone:.2f}× that); psycopg alone, pgbench's INSERT: "
+                f"{python_floor:,.0f} jobs/s ({python_floor / floor_rate:.2f}× pgbench: Python's own price)"
             )
     finally:
         cluster.destroy()

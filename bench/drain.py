@@ -133,6 +133,11 @@ def poll(
             return first, left_first, now
         # In burst mode one worker may exit while another still runs its last jobs.
         if any(p.poll() for p in procs) or all(p.poll() is not None for p in procs):
+            # The count may have begun before the last jobs ended (on a million rows it takes
+            # seconds): count again, now that no worker is left to end any.
+            left = conn.execute(remaining).fetchone()[0]
+            if left == 0 and first is not None:
+                return first, left_first, time.perf_counter()
             raise SystemExit(f"worker(s) exited with {left} jobs left")
         time.sleep(0.05)
 
