@@ -173,21 +173,12 @@ def take_signal(
         return Wait(None, False, False, until, left)
 
 
-# A signal: stored for the job its key addresses, the first of its name only, and the job woken
-# if it is parked in a wait for that name. The job row is locked FOR SHARE until the caller's
-# transaction ends: an execution that is parking the job (its outcome write) waits for it, and
-# then finds the signal (wake_if_signalled); or the outcome was first, and the signal finds the
-# job pending. Either way a signal sent while the job runs is never missed.
-_SIGNAL = """
-WITH target AS (
-    SELECT j.id, j.status, j.execution_id FROM django_jobs_signalkey k
-    JOIN django_jobs_job j ON j.id = k.job_id
-    WHERE k.key = %(key)s FOR SHARE OF j
-), stored AS (
-    INSERT INTO django_jobs_jobsignal (job_id, name, key, data, created_at)
-    SELECT id, %(name)s, %(key)s, %(data)s::jsonb, now() FROM target
-    ON CONFLICT (job_id, name) DO NOTHING RETURNING job_id
-), woken AS (
+#: The arrow a stored signal wakes its job by, for every way a signal comes (the app's
+#: ``signal()``, an operator's): the CTE ``woken``, after ``target`` (the job: id, status,
+#: execution_id, locked ``FOR SHARE``) and ``stored`` (the signal, if it was the first of its
+#: name). A job parked in a wait for that signal, as the execution that parked it left it, is
+#: made due now; any other is left as it is.
+SIGNAL_WAKES = """woken AS (
     UPDATE django_jobs_job j SET available_at = now(), ready = true
     FROM target t
     WHERE j.id = t.id AND j.execution_id = t.execution_id AND j.status = 'pending'
@@ -196,7 +187,23 @@ WITH target AS (
       AND EXISTS (SELECT 1 FROM django_jobs_jobstep w WHERE w.job_id = j.id AND w.kind = 'wait'
                   AND w.name = %(name)s AND w.ended_at IS NULL)
     RETURNING j.id, j.queue
-)
+)"""
+
+# A signal: stored for the job its key addresses, the first of its name only, and the job woken
+# if it is parked in a wait for that name. The job row is locked FOR SHARE until the caller's
+# transaction ends: an execution that is parking the job (its outcome write) waits for it, and
+# then finds the signal (wake_if_signalled); or the outcome was first, and the signal finds the
+# job pending. Either way a signal sent while the job runs is never missed.
+_SIGNAL = f"""
+WITH target AS (
+    SELECT j.id, j.status, j.execution_id FROM django_jobs_signalkey k
+    JOIN django_jobs_job j ON j.id = k.job_id
+    WHERE k.key = %(key)s FOR SHARE OF j
+), stored AS (
+    INSERT INTO django_jobs_jobsignal (job_id, name, key, data, created_at)
+    SELECT id, %(name)s, %(key)s, %(data)s::jsonb, now() FROM target
+    ON CONFLICT (job_id, name) DO NOTHING RETURNING job_id
+), {SIGNAL_WAKES}
 SELECT t.id, (SELECT count(*) FROM stored), (SELECT count(pg_notify('django_jobs', queue)) FROM woken)
 FROM target t
 """

@@ -18,6 +18,7 @@ from typing import Any
 from django.db import connections
 
 from django_jobs.conf import jobs_settings
+from django_jobs.transitions.durable import SIGNAL_WAKES
 from django_jobs.transitions.operator import _FENCE, _LINK, Seen, _fenced
 
 # The job's sleep ends now (its replay goes on past it) and the job is due now. The job's
@@ -52,8 +53,8 @@ SELECT s.name, s.until, (SELECT count(pg_notify('django_jobs', queue)) FROM woke
 
 # A signal to the job of this id, as django_jobs.signal() stores one for the job of a key (the
 # key it is stored with is the job's, or empty for a job without one): the first of its name
-# only; the job woken if it is parked in a wait for that name. A finished job takes none.
-_SIGNAL = """
+# only; the job woken by the same arrow (SIGNAL_WAKES). A finished job takes none.
+_SIGNAL = f"""
 WITH target AS (
     SELECT j.id, j.status, j.execution_id, j.attempts FROM django_jobs_job j
     WHERE j.id = %(id)s AND j.status IN ('pending', 'running', 'waiting')
@@ -64,16 +65,7 @@ WITH target AS (
            %(data)s::jsonb, now()
     FROM target t
     ON CONFLICT (job_id, name) DO NOTHING RETURNING job_id
-), woken AS (
-    UPDATE django_jobs_job j SET available_at = now(), ready = true
-    FROM target t
-    WHERE j.id = t.id AND j.execution_id = t.execution_id AND j.status = 'pending'
-      AND t.status = 'pending' AND j.available_at > now()
-      AND EXISTS (SELECT 1 FROM stored)
-      AND EXISTS (SELECT 1 FROM django_jobs_jobstep w WHERE w.job_id = j.id AND w.kind = 'wait'
-                  AND w.name = %(name)s AND w.ended_at IS NULL)
-    RETURNING j.id, j.queue
-), events AS (
+), {SIGNAL_WAKES}, events AS (
     INSERT INTO django_jobs_jobevent
         (job_id, kind, from_status, to_status, execution_id, attempt, actor, reason, details)
     SELECT t.id, 'signal_sent', t.status, t.status, t.execution_id, t.attempts, %(actor)s, %(reason)s,
