@@ -8,12 +8,20 @@ Everything runs on a throwaway cluster of its own (initdb in a temp dir, default
   checkpoint), drained by ``--processes`` default ``manage.py runjobs --burst``. Worker CPU is
   each process's rusage (``wait4``), start-up included; server CPU is the postmaster's own and
   its children's, reaped or alive (``/proc/PID/stat``: utime, stime, cutime, cstime), so the
-  backends that exit with the workers are counted too;
+  backends that exit with the workers are counted too. The rate is N over the workers' wall
+  time, start-up included; beside it, the workers' own steady rate (``--stats-file``: jobs over
+  the time from the first claim to the last outcome, summed over the processes), which no
+  poller of the backlog disturbs;
 * **the floor**: bench-peers' ``dblimit``, PostgreSQL doing only a queue's work: pgbench claims
   100 rows of its two-index table with ``FOR UPDATE SKIP LOCKED`` and marks them done, N / 100
   times on one client, on the same cluster; its CPU is pgbench's and the server's together;
 * **the split by statement**: ``pg_stat_statements`` over the drain (execution + planning time
   in the backends, µs a job), to say where the server's share goes.
+
+``--enqueue N`` adds ``enqueue()`` one by one beside pgbench's one-row INSERT and a bare psycopg
+client; ``--bulk N`` adds ``enqueue_many()`` of 1,000 beside a bare client sending the same
+INSERT, and an ``unnest()`` INSERT of as many rows into the floor's table, bare and with
+django_jobs's own indexes (what the table costs a row, apart from what the library costs).
 
 Each figure is a median of ``--reps`` runs; the ratio is the drain's CPU to the floor's in the
 same run, which is what stays put when the host's speed drifts (bench/README.md).
@@ -22,7 +30,9 @@ same run, which is what stays put when the host's speed drifts (bench/README.md)
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -36,6 +46,8 @@ sys.path.insert(0, str(ROOT))
 
 TICKS = os.sysconf("SC_CLK_TCK")
 BATCH = 100
+#: Jobs in one enqueue_many() call of --bulk, as bench-peers' bulk enqueue sends them.
+BULK = 1000
 FLOOR_SCHEMA = """
 DROP TABLE IF EXISTS jobs;
 CREATE TABLE jobs (
@@ -144,11 +156,20 @@ def drain(cluster: Any, n: int, processes: int, env: dict[str, str]) -> dict[str
         postmaster = int((cluster.data / "postmaster.pid").read_text().split()[0])
         server_before = cluster_cpu(postmaster)
         started = time.perf_counter()
+        stats = Path(tempfile.mkdtemp(prefix="cpu-per-job-"))
         command = [sys.executable, "manage.py", "runjobs", "--burst"]
         quiet = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}
-        workers = [subprocess.Popen(command, cwd=ROOT, env=env, **quiet) for _ in range(processes)]
+        workers = [
+            subprocess.Popen([*command, "--stats-file", str(stats / f"{i}.json")], cwd=ROOT, env=env, **quiet)
+            for i in range(processes)
+        ]
         worker_cpu = sum(waited_cpu(worker) for worker in workers)
         elapsed = time.perf_counter() - started
+        # The workers' own steady rate: jobs over the time from their first claim to their last
+        # outcome, start-up and exit left out (what a backlog's size may change).
+        summaries = [json.loads((stats / f"{i}.json").read_text()) for i in range(processes)]
+        steady = sum(summary["jobs_per_second"] or 0 for summary in summaries)
+        shutil.rmtree(stats)
         settle()
         server_cpu = cluster_cpu(postmaster) - server_before
         left = conn.execute("SELECT count(*) FROM django_jobs_job WHERE status <> 'completed'").fetchone()
@@ -159,6 +180,7 @@ def drain(cluster: Any, n: int, processes: int, env: dict[str, str]) -> dict[str
         "worker": worker_cpu / n * 1e6,
         "server": server_cpu / n * 1e6,
         "rate": n / elapsed,
+        "steady": steady,
         "statements": [(calls, ms * 1000 / n, query) for calls, ms, query in statements],
     }
 
@@ -298,17 +320,106 @@ def enqueue_one_by_one(cluster: Any, n: int) -> dict[str, float]:
     }
 
 
+# A bulk of jobs the way a Python client at its floor sends it: one statement over arrays (as
+# pgqueuer's bulk enqueue does), into the floor's table, the values of each row its own.
+FLOOR_BULK = (
+    "INSERT INTO jobs (queue, type, payload, priority)"
+    " SELECT 'default', 'bench.noop', p::jsonb, 0 FROM unnest(%(payloads)s::text[]) AS p"
+)
+
+
+def bulk_params() -> tuple[str, dict[str, Any]]:
+    """The statement and parameters ``enqueue_many("test.noop", [{}] * BULK)`` sends, as it sends them."""
+    from django_jobs import enqueue_many
+    from django_jobs.transitions import enqueue as enqueue_sql
+
+    seen: dict[str, Any] = {}
+    real = enqueue_sql.insert
+
+    def spy(cursor: Any, shared: Any, jobs: Any) -> Any:
+        seen.update(shared, payloads=[job[0] for job in jobs], keys=None, concurrency_keys=None)
+        return real(cursor, shared, jobs)
+
+    enqueue_sql.insert = spy  # type: ignore[assignment]
+    try:
+        enqueue_many("test.noop", [{}] * BULK)
+    finally:
+        enqueue_sql.insert = real  # type: ignore[assignment]
+    return enqueue_sql.INSERT_MANY, seen
+
+
+def timed_calls(postmaster: int, calls: int, call: Any) -> tuple[float, float, float]:
+    """``call()`` ``calls`` times after a checkpoint: (seconds, client CPU s, server CPU s)."""
+    import resource
+
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    client_before, server_before = usage.ru_utime + usage.ru_stime, cluster_cpu(postmaster)
+    started = time.perf_counter()
+    for _ in range(calls):
+        call()
+    elapsed = time.perf_counter() - started
+    settle()
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return elapsed, usage.ru_utime + usage.ru_stime - client_before, cluster_cpu(postmaster) - server_before
+
+
+def enqueue_in_bulk(cluster: Any, n: int) -> dict[str, float]:
+    """``enqueue_many("test.noop", [{}] * BULK)`` until ``n`` jobs, each call its own transaction,
+    beside a bare psycopg client sending the same statement, and sending a plain unnest() INSERT
+    of as many rows into the floor's table, bare and with django_jobs's own indexes: jobs/s, and
+    server CPU µs a job (each row's own work: what the table costs)."""
+    import psycopg
+
+    from django_jobs import enqueue_many
+
+    postmaster = int((cluster.data / "postmaster.pid").read_text().split()[0])
+    calls = max(1, n // BULK)
+    figures: dict[str, float] = {}
+
+    def record(name: str, elapsed: float, client: float, server: float) -> None:
+        figures[f"{name}_rate"] = calls * BULK / elapsed
+        figures[f"{name}_client"] = client / (calls * BULK) * 1e6
+        figures[f"{name}_server"] = server / (calls * BULK) * 1e6
+
+    with psycopg.connect(cluster.url, autocommit=True) as conn:
+        conn.execute("TRUNCATE django_jobs_job CASCADE")
+        statement, params = bulk_params()
+        for _ in range(5):  # warm: the connection, the prepared statement, the imports
+            enqueue_many("test.noop", [{}] * BULK)
+        conn.execute("CHECKPOINT")
+        record("ours", *timed_calls(postmaster, calls, lambda: enqueue_many("test.noop", [{}] * BULK)))
+        with psycopg.connect(cluster.url, autocommit=True, prepare_threshold=0) as alone:
+            cursor = alone.cursor()
+            conn.execute("TRUNCATE django_jobs_job CASCADE")
+            conn.execute("CHECKPOINT")
+            record("alone", *timed_calls(postmaster, calls, lambda: cursor.execute(statement, params)))
+            payloads = {"payloads": ["{}"] * BULK}
+            for name, indexes in (("floor", ""), ("indexed", FLOOR_PRODUCT_INDEXES)):
+                conn.execute(FLOOR_SCHEMA + indexes)
+                conn.execute("CHECKPOINT")
+                record(name, *timed_calls(postmaster, calls, lambda: cursor.execute(FLOOR_BULK, payloads)))
+    return figures
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("sizes", type=int, nargs="*", default=[10_000], help="backlogs to drain")
+    parser.add_argument(
+        "sizes", type=int, nargs="*", help="backlogs to drain (10000 unless --enqueue or --bulk)"
+    )
     parser.add_argument("--processes", type=int, default=1, help="runjobs processes draining")
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument(
         "--enqueue", type=int, default=0, metavar="N", help="also N enqueue() calls beside pgbench's INSERT"
     )
+    parser.add_argument(
+        "--bulk", type=int, default=0, metavar="N",
+        help=f"also N jobs by enqueue_many() of {BULK} beside a bare client's INSERT of as many",
+    )  # fmt: skip
     args = parser.parse_args()
+    if not args.sizes and not (args.enqueue or args.bulk):
+        args.sizes = [10_000]
 
     from tests.process.throwaway_pg import ThrowawayCluster
 
@@ -344,7 +455,8 @@ def main() -> None:
             worker, server = median("worker"), median("server")
             fl, indexed = median("floor"), median("indexed")
             print(
-                f"N={n:,}: {median('rate'):,.0f} jobs/s; CPU µs a job: worker {worker:.0f} + server "
+                f"N={n:,}: {median('rate'):,.0f} jobs/s ({median('steady'):,.0f} from the first claim"
+                f" to the last outcome); CPU µs a job: worker {worker:.0f} + server "
                 f"{server:.0f} = {worker + server:.0f}; floor {fl:.0f}; "
                 f"{(worker + server) / fl:.2f}× the floor "
                 f"(worker {worker / fl:.2f}×, server {server / fl:.2f}×)"
@@ -375,6 +487,28 @@ def main() -> None:
                 f"(enqueue() is {rate / alone:.2f}× that); psycopg alone, pgbench's INSERT: "
                 f"{python_floor:,.0f} jobs/s ({python_floor / floor_rate:.2f}× pgbench: Python's own price)"
             )
+        if args.bulk:
+            bulks = [enqueue_in_bulk(cluster, args.bulk) for _ in range(args.reps)]
+
+            def mid(key: str) -> float:
+                return statistics.median(r[key] for r in bulks)
+
+            print(
+                f"enqueue_many() of {BULK}, N={args.bulk:,}, each call its own transaction"
+                " (jobs/s; CPU µs a job):"
+            )
+            ours = mid("ours_rate")
+            for name, label in (
+                ("ours", "enqueue_many()"),
+                ("alone", "psycopg alone, enqueue_many()'s INSERT"),
+                ("floor", "psycopg alone, an unnest() INSERT into the floor's table"),
+                ("indexed", "the same, the floor's table with django_jobs's own indexes"),
+            ):
+                print(
+                    f"  {label}: {mid(name + '_rate'):,.0f}"
+                    f" ({ours / mid(name + '_rate'):.2f}× for enqueue_many()); "
+                    f"client {mid(name + '_client'):.1f} + server {mid(name + '_server'):.1f}"
+                )
     finally:
         cluster.destroy()
 
