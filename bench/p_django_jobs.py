@@ -49,7 +49,7 @@ def _django() -> None:
 
     from django_jobs import JobContext, job
 
-    @job("bench.ping")
+    @job("bench.ping", external=False)
     def ping(ctx: JobContext, payload: dict[str, int]) -> None:
         _ping(payload["key"])
 
