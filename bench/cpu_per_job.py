@@ -141,17 +141,23 @@ def waited_cpu(proc: subprocess.Popen[bytes]) -> float:
     return usage.ru_utime + usage.ru_stime
 
 
+def fill_backlog(conn: Any, n: int) -> None:
+    """An empty job table, then ``n`` pending ``test.noop`` jobs, vacuumed, analysed and
+    checkpointed: every drain starts from the same table."""
+    from django_jobs import enqueue_many
+
+    conn.execute("TRUNCATE django_jobs_job CASCADE")
+    for start in range(0, n, 1000):
+        enqueue_many("test.noop", [{}] * min(1000, n - start))
+    conn.execute("VACUUM ANALYZE django_jobs_job")
+    conn.execute("CHECKPOINT")
+
+
 def drain(cluster: Any, n: int, processes: int, env: dict[str, str]) -> dict[str, Any]:
     import psycopg
 
-    from django_jobs import enqueue_many
-
     with psycopg.connect(cluster.url, autocommit=True) as conn:
-        conn.execute("TRUNCATE django_jobs_job CASCADE")
-        for start in range(0, n, 1000):
-            enqueue_many("test.noop", [{}] * min(1000, n - start))
-        conn.execute("VACUUM ANALYZE django_jobs_job")
-        conn.execute("CHECKPOINT")
+        fill_backlog(conn, n)
         conn.execute("SELECT pg_stat_statements_reset()")
         postmaster = int((cluster.data / "postmaster.pid").read_text().split()[0])
         server_before = cluster_cpu(postmaster)
@@ -242,23 +248,14 @@ def enqueue_params() -> tuple[str, dict[str, Any]]:
 def psycopg_alone(cluster: Any, postmaster: int, n: int, statement: str, params: Any) -> tuple[float, float]:
     """``statement`` run ``n`` times by a bare psycopg connection in autocommit, prepared, the
     parameters bound by the server: what any Python client pays for it. (jobs/s, CPU µs a job)."""
-    import resource
-
     import psycopg
 
     with psycopg.connect(cluster.url, autocommit=True, prepare_threshold=0) as conn:
         cursor = conn.cursor()
         for _ in range(200):
             cursor.execute(statement, params)
-        usage = resource.getrusage(resource.RUSAGE_SELF)
-        client_before, server_before = usage.ru_utime + usage.ru_stime, cluster_cpu(postmaster)
-        started = time.perf_counter()
-        for _ in range(n):
-            cursor.execute(statement, params)
-        elapsed = time.perf_counter() - started
-        usage = resource.getrusage(resource.RUSAGE_SELF)
-        cpu = usage.ru_utime + usage.ru_stime - client_before + cluster_cpu(postmaster) - server_before
-    return n / elapsed, cpu / n * 1e6
+        elapsed, client, server = timed_calls(postmaster, n, lambda: cursor.execute(statement, params))
+    return n / elapsed, (client + server) / n * 1e6
 
 
 def enqueue_one_by_one(cluster: Any, n: int) -> dict[str, float]:
@@ -266,8 +263,6 @@ def enqueue_one_by_one(cluster: Any, n: int) -> dict[str, float]:
     the same INSERT sent by a bare psycopg connection, and beside pgbench's one-row INSERT of
     the same kind on the floor's table (and that INSERT sent by psycopg): jobs/s, and CPU µs a
     job (the client's and the server's)."""
-    import resource
-
     import psycopg
 
     from django_jobs import enqueue
@@ -279,14 +274,8 @@ def enqueue_one_by_one(cluster: Any, n: int) -> dict[str, float]:
         for _ in range(200):  # warm: the connection, the prepared statement, the imports
             enqueue("test.noop", {})
         conn.execute("CHECKPOINT")
-        usage = resource.getrusage(resource.RUSAGE_SELF)
-        client_before, server_before = usage.ru_utime + usage.ru_stime, cluster_cpu(postmaster)
-        started = time.perf_counter()
-        for _ in range(n):
-            enqueue("test.noop", {})
-        elapsed = time.perf_counter() - started
-        usage = resource.getrusage(resource.RUSAGE_SELF)
-        ours_cpu = usage.ru_utime + usage.ru_stime - client_before + cluster_cpu(postmaster) - server_before
+        elapsed, client, server = timed_calls(postmaster, n, lambda: enqueue("test.noop", {}))
+        ours_cpu = client + server
         conn.execute("CHECKPOINT")
         alone_rate, alone_cpu = psycopg_alone(cluster, postmaster, n, statement, params)
         conn.execute(FLOOR_SCHEMA)

@@ -54,14 +54,10 @@ def worker(types: int, stats: str) -> None:
 def drain(cluster: Any, n: int, types: int, env: dict[str, str]) -> dict[str, float]:
     import psycopg
 
-    from django_jobs import enqueue_many
+    from bench.cpu_per_job import fill_backlog
 
     with psycopg.connect(cluster.url, autocommit=True) as conn:
-        conn.execute("TRUNCATE django_jobs_job CASCADE")
-        for start in range(0, n, 1000):
-            enqueue_many("test.noop", [{}] * min(1000, n - start))
-        conn.execute("VACUUM ANALYZE django_jobs_job")
-        conn.execute("CHECKPOINT")
+        fill_backlog(conn, n)
     with tempfile.TemporaryDirectory() as folder:
         stats = Path(folder) / "stats.json"
         started = time.perf_counter()
