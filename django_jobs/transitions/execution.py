@@ -16,6 +16,7 @@ one file. The rule of when to claim from places lives in ``positions``.
 from __future__ import annotations
 
 import datetime as dt
+import math
 import time
 import uuid
 from collections import Counter
@@ -104,12 +105,20 @@ _OLDEST_FILTER = " AND version >= (%(oldest)s::int[])[array_position(%(types)s::
 # The claim scans the claim index once per kind, so the rows of other types and other versions
 # are never read.
 _KINDS = "SELECT * FROM unnest(%(kind_types)s::text[], %(kind_versions)s::int[]) AS k(type, version)"
+# The kinds the claim scans carry the lease their executions get: each candidate takes its
+# kind's, so the claim's UPDATE does not look each row's type up among the worker's types (a
+# linear search, which cost a worker of 500 types a third of its claim).
+_KINDS_LEASED = (
+    "SELECT * FROM unnest(%(kind_types)s::text[], %(kind_versions)s::int[], %(kind_leases)s::float8[])"
+    " AS k(type, version, lease)"
+)
 # The same kinds with the place this worker's claims stopped in each (see transitions.positions):
 # its priority, due time (seconds since the epoch) and id; a kind without one has priority 101,
 # above any job's.
 _KINDS_FROM_PLACES = (
-    "SELECT * FROM unnest(%(kind_types)s::text[], %(kind_versions)s::int[], %(kind_fp)s::int[],"
-    " %(kind_fa)s::float8[], %(kind_fi)s::bigint[]) AS k(type, version, fp, fa, fi)"
+    "SELECT * FROM unnest(%(kind_types)s::text[], %(kind_versions)s::int[], %(kind_leases)s::float8[],"
+    " %(kind_fp)s::int[], %(kind_fa)s::float8[], %(kind_fi)s::bigint[])"
+    " AS k(type, version, lease, fp, fa, fi)"
 )
 _CANDIDATE_COLUMNS = (
     "id, priority, available_at, on_lost, last_error_code, type, queue, concurrency_key, concurrency_limit"
@@ -122,7 +131,7 @@ _CANDIDATE_COLUMNS = (
 # that the LIMIT then cuts are unlocked when the statement commits (a worker whose kinds all
 # have backlogs locks up to its batch of each, for one statement).
 _SCAN = (
-    f"SELECT {_CANDIDATE_COLUMNS} FROM django_jobs_job"
+    f"SELECT {_CANDIDATE_COLUMNS}, k.lease FROM django_jobs_job"
     " WHERE {queue}type = k.type AND version = k.version AND status = 'pending' AND ready"
     f" AND {_ROW_CONDITIONS} ORDER BY priority DESC, available_at, id"
     " LIMIT {kind_room} FOR UPDATE SKIP LOCKED"
@@ -157,12 +166,21 @@ _MERGED = (
     "SELECT s.* FROM {kinds} CROSS JOIN LATERAL ({scan}) s{walk_first}"
     " ORDER BY s.priority DESC, s.available_at, s.id"
 )
-# Jobs scheduled for later enter the claim index once due: every claim first marks up to
+# Jobs scheduled for later enter the claim index once due: a claim first marks up to
 # PROMOTE_BATCH due ones of its kinds ready, through django_jobs_later (a probe per kind when
 # none is due). They are claimable from the next statement on (this one's snapshot is older):
 # the claim reports how many it promoted (the row with a NULL id), and claim() claims again.
 # A kind no worker runs stays scheduled: nothing would claim it anyway.
+#
+# The probes cost about a microsecond a kind: a worker of 500 types spent a tenth of its claim
+# on them, at every claim, while draining a backlog with nothing scheduled. So a claim promotes
+# when the last one came back with room (a worker that is not saturated: every claim), when the
+# last promotion found due jobs (more may be), and otherwise at least every PROMOTE_EVERY
+# seconds; and a claim that skipped the promotion and came back short promotes and claims again
+# at once (see claim()). A due job thus waits at most PROMOTE_EVERY for a worker whose every
+# claim fills its batch, and no longer than before for any other.
 PROMOTE_BATCH = 500
+PROMOTE_EVERY = 0.05
 # `id = ANY(ARRAY(...))` looks the promoted rows up by primary key: with `id IN (...)`, the planner
 # may hash them and read the whole table to find them.
 _PROMOTE = (
@@ -200,14 +218,19 @@ _CLAIM_TAIL = (
     " claimed AS (UPDATE django_jobs_job j SET status = 'running', attempts = j.attempts + next.start::int,"
     " worker_id = %(worker)s, execution_id = gen_random_uuid(),"
     " started_at = CASE WHEN next.start THEN now() END, heartbeat_at = now(),"
-    " lease_expires_at = now() + make_interval("
-    "secs => (%(leases)s::float8[])[array_position(%(types)s::text[], j.type::text)])"
+    " lease_expires_at = now() + make_interval(secs => next.lease)"
     f" FROM next WHERE j.id = next.id RETURNING {_CLAIM_COLUMNS}, next.pos)"
     " SELECT * FROM claimed UNION ALL SELECT NULL, NULL, NULL,"
     f" (SELECT count(*) {_PAUSED_QUEUES.removeprefix('SELECT p.name ')})::int, NULL, {{walked}}, NULL,"
     " NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, {promoted}"
 )
 _COUNT_PROMOTED = "(SELECT count(*) FROM promoted)"
+
+
+def _without_promotion(sql: str) -> str:
+    """A claim statement that promotes, without its promotion (it reports none promoted)."""
+    assert _PROMOTE in sql and _COUNT_PROMOTED in sql
+    return sql.replace(_PROMOTE, "").replace(_COUNT_PROMOTED, "0")
 
 
 def _claim_sql(candidates: str, kinds: str, scan: str, *, promotes: bool) -> str:
@@ -225,7 +248,7 @@ def _claim_sql(candidates: str, kinds: str, scan: str, *, promotes: bool) -> str
 _ANY_QUEUE_CANDIDATES = (
     f"{_WALK}candidates AS (SELECT c.* FROM walk wk CROSS JOIN LATERAL ({_MERGED} LIMIT %(limit)s) c)"
 ).replace("{walk_first}", " WHERE wk.before IS NOT NULL")
-_CLAIM_ANY_QUEUE = _claim_sql(_ANY_QUEUE_CANDIDATES, f"({_KINDS}) k", _SCAN, promotes=True).replace(
+_CLAIM_ANY_QUEUE = _claim_sql(_ANY_QUEUE_CANDIDATES, f"({_KINDS_LEASED}) k", _SCAN, promotes=True).replace(
     "{queue}", ""
 )
 # The same, each kind read from the place this worker's last claim in it stopped (see
@@ -253,7 +276,7 @@ _LIVE_KINDS = (
 )
 _CLAIM_ANY_QUEUE_BESIDE_PAUSED = (
     f"WITH RECURSIVE {_PROMOTE}{_LIVE_KINDS}candidates AS (SELECT s.* FROM live l"
-    f" JOIN ({_KINDS}) k ON k.type = l.t AND k.version = l.v CROSS JOIN LATERAL ({_SCAN}) s"
+    f" JOIN ({_KINDS_LEASED}) k ON k.type = l.t AND k.version = l.v CROSS JOIN LATERAL ({_SCAN}) s"
     f" WHERE l.q NOT IN ({_PAUSED_QUEUES}) ORDER BY s.priority DESC, s.available_at, s.id"
     " LIMIT %(limit)s)"
 ).replace("{queue}", "queue = l.q AND ") + _CLAIM_TAIL.replace("{walked}", "0").replace(
@@ -277,7 +300,7 @@ _NAMED_QUEUES_CANDIDATES = (
     " ORDER BY c.rank, q.turn LIMIT %(limit)s)"
 ).replace("{walk_first}", " WHERE wk.before IS NOT NULL")
 _CLAIM_NAMED_QUEUES = (
-    _claim_sql(_NAMED_QUEUES_CANDIDATES, f"({_KINDS}) k", _SCAN, promotes=True)
+    _claim_sql(_NAMED_QUEUES_CANDIDATES, f"({_KINDS_LEASED}) k", _SCAN, promotes=True)
     .replace(_NOT_PAUSED, "")
     .replace("{queue}", "queue = q.name AND ")
 )
@@ -287,9 +310,10 @@ _CLAIM_NAMED_QUEUES = (
 # (`queue = q.name` would make the queue a constant of the scan, and django_jobs_ready, with the
 # queue as a filter, would step over the other queues' entries, the dead ones included).
 _NAMED_KINDS_IN_ROOM = (
-    "unnest(%(kind_types)s::text[], %(kind_versions)s::int[], (%(kind_fp)s::int[])[q.turn:q.turn],"
-    " (%(kind_fa)s::float8[])[q.turn:q.turn], (%(kind_fi)s::bigint[])[q.turn:q.turn])"
-    " AS k(type, version, fp, fa, fi) CROSS JOIN LATERAL (SELECT {kind_room} AS room) kr"
+    "unnest(%(kind_types)s::text[], %(kind_versions)s::int[], %(kind_leases)s::float8[],"
+    " (%(kind_fp)s::int[])[q.turn:q.turn], (%(kind_fa)s::float8[])[q.turn:q.turn],"
+    " (%(kind_fi)s::bigint[])[q.turn:q.turn]) AS k(type, version, lease, fp, fa, fi)"
+    " CROSS JOIN LATERAL (SELECT {kind_room} AS room) kr"
 )
 _NAMED_SCAN_FROM_PLACE = _SCAN_FROM_PLACE.replace(" ORDER BY ", " ORDER BY queue, ").replace(
     "{queue}", "queue = ANY(ARRAY[q.name]) AND "
@@ -350,13 +374,13 @@ _RATE_KIND_ROOM = (
     " JOIN django_jobs_ratewindow w ON w.type = r.t WHERE r.t = k.type), {room}))"
 )
 _ADMIT_RATES = (
-    ", next AS (SELECT id, start, pos FROM chosen WHERE type::text <> ALL(%(rate_types)s::text[])"
+    ", next AS (SELECT id, start, pos, lease FROM chosen WHERE type::text <> ALL(%(rate_types)s::text[])"
     " OR start AND id = ANY((SELECT django_jobs_admit_starts(array_agg(id), array_agg(type),"
     " array_agg(queue), %(rate_types)s::text[], %(rate_counts)s::int[], %(rate_seconds)s::float8[])"
     " FROM chosen"
     " WHERE start AND type::text = ANY(%(rate_types)s::text[]))::bigint[]))"
 )
-_NO_RATES = ", next AS (SELECT id, start, pos FROM chosen)"
+_NO_RATES = ", next AS (SELECT id, start, pos, lease FROM chosen)"
 _ENSURE_RATE_WINDOWS = (
     "INSERT INTO django_jobs_ratewindow (type, starts) SELECT unnest(%s::text[]), '{}' ON CONFLICT DO NOTHING"
 )
@@ -410,7 +434,7 @@ class Outlook:
 
 #: The statement's parameters that never change from one claim to the next (see _array_text).
 _FIXED_ARRAYS = (
-    "types", "versions", "oldest", "leases", "kind_types", "kind_versions",
+    "types", "versions", "oldest", "kind_types", "kind_versions", "kind_leases",
     "rate_types", "rate_counts", "rate_seconds",
 )  # fmt: skip
 
@@ -513,8 +537,13 @@ class ClaimStatement:
         self._from_places = statements[1]
         #: The statement of a worker that serves every queue while some queue is paused.
         self._beside_paused = statements[0] if queues else statements[2]
+        #: The same two without the promotion of due scheduled jobs (see PROMOTE_EVERY).
+        self._usual_unpromoting = _without_promotion(self._usual)
+        self._beside_paused_unpromoting = _without_promotion(self._beside_paused)
         #: Whether the last claim saw a paused queue (only a worker of every queue cares).
         self.queues_paused = False
+        self._promotion_wanted = True
+        self._promoted_at = -math.inf  # monotonic
         self._params: dict[str, Any] = {
             "worker": worker_id,
             "types": names,
@@ -522,11 +551,13 @@ class ClaimStatement:
             "versions": [versions[name] for name in names],
             "newest": max(versions.values()),
             "oldest": [oldest.get(name, 1) for name in names],
-            "leases": [float(leases.get(name, jobs_settings.LEASE_TIMEOUT)) for name in names],
         }
         kinds = [(name, v) for name in names for v in range(oldest.get(name, 1), versions[name] + 1)]
         self._params["kind_types"] = [name for name, _ in kinds]
         self._params["kind_versions"] = [v for _, v in kinds]
+        self._params["kind_leases"] = [
+            float(leases.get(name, jobs_settings.LEASE_TIMEOUT)) for name, _ in kinds
+        ]
         #: Where this worker's claims stopped in each kind, and whether the next claim starts there.
         self.positions = ClaimPositions(kinds, queues)
         #: The rate-limited types this statement claims, whose window rows must exist.
@@ -546,8 +577,26 @@ class ClaimStatement:
     def sql(self) -> str:
         """The statement a claim that reads every kind from its head runs: the usual one, or,
         for a worker of every queue while the last claim saw a paused queue, the one that steps
-        over paused backlogs."""
+        over paused backlogs. It first promotes the due jobs scheduled for later."""
         return self._beside_paused if self.queues_paused else self._usual
+
+    @property
+    def sql_without_promotion(self) -> str:
+        """:attr:`sql` without the promotion of due scheduled jobs."""
+        return self._beside_paused_unpromoting if self.queues_paused else self._usual_unpromoting
+
+    def promotion_due(self, now: float | None = None) -> bool:
+        """Whether the next claim that reads from the heads promotes due scheduled jobs (see
+        PROMOTE_EVERY)."""
+        now = time.monotonic() if now is None else now
+        return self._promotion_wanted or now - self._promoted_at >= PROMOTE_EVERY
+
+    def claims_ended(self, *, promoted: int | None, short: bool) -> None:
+        """Note a claim statement: how many jobs it promoted (None: it promoted none, by
+        choice), and whether it came back with room (fewer jobs than its limit)."""
+        if promoted is not None:
+            self._promoted_at = time.monotonic()
+        self._promotion_wanted = short or bool(promoted)
 
     def sql_from_places(self) -> str | None:
         """The statement that reads each kind from where this worker's claims stopped, when
@@ -602,33 +651,53 @@ def claim(
     ``turn`` rotates which queue comes first. A claim that promoted jobs scheduled for later
     (due now) claims once more: they were not claimable in its own snapshot.
     """
-    claims, promoted = _claim_once(statement, statement.params(limit, start_now, rooms, turn))
-    if promoted:
-        # Promoted jobs keep their due times, which may lie before where claims stopped.
-        statement.positions.want_sweep()
-    if promoted and len(claims) < limit:
+    claims: list[Claim] = []
+
+    def claim_rest(promotes: bool) -> int | None:
+        """Claim what is left of the limit (and of the starts and rooms); how many it promoted."""
+        left_rooms = rooms
         if rooms is not None:
             taken = Counter(c.queue for c in claims)
-            rooms = [max(0, room - taken[q]) for q, room in zip(statement.queues, rooms, strict=True)]
+            left_rooms = [max(0, room - taken[q]) for q, room in zip(statement.queues, rooms, strict=True)]
         left = None if start_now is None else max(0, start_now - len(claims))
-        more, _ = _claim_once(statement, statement.params(limit - len(claims), left, rooms, turn))
-        claims += more
+        params = statement.params(limit - len(claims), left, left_rooms, turn)
+        more, promoted = _claim_once(statement, params, promotes=promotes)
+        claims.extend(more)
+        statement.claims_ended(promoted=promoted, short=len(claims) < limit)
+        if promoted:
+            # Promoted jobs keep their due times, which may lie before where claims stopped.
+            statement.positions.want_sweep()
+        return promoted
+
+    promoted = claim_rest(promotes=statement.promotion_due())
+    if promoted is None and statement.positions.last_swept and len(claims) < limit:
+        # It read from the heads and came back short without promoting (a claim from the places
+        # never promotes): a due job may be waiting to be promoted.
+        promoted = claim_rest(promotes=True)
+    if promoted and len(claims) < limit:
+        claim_rest(promotes=True)
     return claims
 
 
-def _claim_once(statement: ClaimStatement, params: dict[str, Any]) -> tuple[list[Claim], int]:
-    """One claim statement: the jobs it claimed, and how many it promoted."""
-    sql = statement.sql_from_places()
-    if sql is not None:
+def _claim_once(
+    statement: ClaimStatement, params: dict[str, Any], *, promotes: bool
+) -> tuple[list[Claim], int | None]:
+    """One claim statement: the jobs it claimed, and how many it promoted (None: it did not
+    promote; a claim from the places never does)."""
+    from_places = statement.sql_from_places()
+    if from_places is not None:
+        sql, promotes = from_places, False
         params = {**params, **statement.positions.params(params["queues"])}
+    else:
+        sql = statement.sql if promotes else statement.sql_without_promotion
     started = time.perf_counter()
     with bound_cursor(jobs_settings.DATABASE, prepared=True) as cursor:
-        cursor.execute(sql or statement.sql, params)
+        cursor.execute(sql, params)
         rows = cursor.fetchall()
     seconds = time.perf_counter() - started
     # The counts, in the version and attempt columns of the row with no id.
     (counts,) = [row for row in rows if row[0] is None]
-    promoted = counts[-1]
+    promoted = counts[-1] if promotes else None
     # The next claim picks its statement by what this one saw: a pause or a resume is followed
     # from the claim after it (until then, the claim is right, only slower or needlessly careful).
     statement.queues_paused = counts[3] > 0
@@ -636,7 +705,7 @@ def _claim_once(statement: ClaimStatement, params: dict[str, Any]) -> tuple[list
     statement.positions.claimed(
         ((row[1], row[2], row[3], row[10], row[15], row[0]) for row in rows),
         walked=counts[5],
-        swept=sql is None,
+        swept=from_places is None,
         seconds=seconds,
     )
     # RETURNING follows no order: put the rows back in the claim's (best first; with named

@@ -11,10 +11,10 @@ from typing import Any
 import pytest
 from django.db import connection, transaction
 
-from django_jobs import enqueue
+from django_jobs import enqueue, enqueue_many
 from django_jobs.models import Job
 from django_jobs.states import JobStatus
-from django_jobs.transitions import ClaimStatement, Outcome, claim, manual_retry, write_outcomes
+from django_jobs.transitions import ClaimStatement, Outcome, claim, execution, manual_retry, write_outcomes
 
 pytestmark = pytest.mark.usefixtures("vacuum_afterwards")
 
@@ -114,6 +114,64 @@ def test_the_second_claim_keeps_the_limit_and_the_queues_rooms() -> None:
     assert sorted(c.queue for c in taken) == ["a", "a", "b"]
     assert first.id in {c.id for c in taken}
     assert sum(c.counted for c in taken) == 1
+
+
+def made_due(job_id: int) -> None:
+    """A job scheduled for later whose due time has come (it is still not ready)."""
+    sql("UPDATE django_jobs_job SET available_at = now() - interval '1 second' WHERE id = %s", [job_id])
+    assert not ready(job_id)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_claims_that_fill_their_batch_promote_at_most_every_interval(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(execution, "PROMOTE_EVERY", 3600.0)
+    enqueue_many("test.noop", [{}] * 30)
+    scheduled = enqueue("test.noop", {}, delay=3600, priority=100)
+    statement = ClaimStatement("w", None, {"test.noop": 1})
+    assert len(claim(statement, 10)) == 10  # the first claim promotes (nothing is due)
+    made_due(scheduled.id)
+    # The next full claims skip the promotion: the due job waits, the backlog drains.
+    assert len(claim(statement, 10)) == 10 and not ready(scheduled.id)
+    monkeypatch.setattr(execution, "PROMOTE_EVERY", 0.0)
+    # Its interval passed: this claim promotes it, and the next claim takes it first.
+    assert len(claim(statement, 5)) == 5 and ready(scheduled.id)
+    assert claim(statement, 1)[0].id == scheduled.id
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_claim_that_skipped_the_promotion_and_came_back_short_promotes_and_claims_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(execution, "PROMOTE_EVERY", 3600.0)
+    backlog = enqueue_many("test.noop", [{}] * 13)
+    scheduled = enqueue("test.noop", {}, delay=3600)
+    statement = ClaimStatement("w", None, {"test.noop": 1})
+    assert len(claim(statement, 10)) == 10
+    made_due(scheduled.id)
+    # Three statements in one call: the 3 ready jobs without promoting (short), then the
+    # promotion, then the promoted job: a burst worker that sees a short claim has nothing left.
+    taken = claim(statement, 10)
+    assert sorted(c.id for c in taken) == sorted([j.id for j in backlog[10:]] + [scheduled.id])
+    # A claim that came back with room promotes at the next claim, whatever the interval.
+    assert statement.promotion_due()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_claim_promotes_again_while_its_promotions_find_due_jobs(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(execution, "PROMOTE_EVERY", 3600.0)
+    enqueue_many("test.noop", [{}] * 40)
+    scheduled = enqueue_many("test.noop", [{}] * 3, delay=3600, priority=-10)
+    statement = ClaimStatement("w", None, {"test.noop": 1})
+    assert len(claim(statement, 10)) == 10
+    assert not statement.promotion_due()  # a full claim whose promotion found nothing
+    for job in scheduled:
+        made_due(job.id)
+    monkeypatch.setattr(execution, "PROMOTE_EVERY", 0.0)
+    assert len(claim(statement, 10)) == 10 and all(ready(j.id) for j in scheduled)
+    monkeypatch.setattr(execution, "PROMOTE_EVERY", 3600.0)
+    assert statement.promotion_due()  # that one promoted jobs: more may be due
+    assert len(claim(statement, 10)) == 10
+    assert not statement.promotion_due()  # this one found none: the interval holds again
 
 
 def claim_pages(statement: ClaimStatement, limit: int) -> int:
