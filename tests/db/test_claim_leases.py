@@ -1,9 +1,9 @@
 """Each claimed job's lease is its own type's, whichever statement claimed it.
 
-The claim carries each kind's lease from the kinds it scans to its UPDATE. A worker has five
-statements (every queue; from the places its claims stopped; beside a paused queue; named
-queues; named queues from places), and the one with rate limits admits its jobs differently:
-each must give every job its type's lease, for every version of the type it reads.
+The claim carries each kind's lease from the kinds it scans to its UPDATE. A worker has six
+statements (every queue, of few kinds or of many; from the places its claims stopped; beside a
+paused queue; named queues; named queues from places), and the one with rate limits admits its
+jobs differently: each must give every job its type's lease, for every version it reads.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from django_jobs import enqueue_many
 from django_jobs.limits import RateLimit
 from django_jobs.models import Job
 from django_jobs.transitions import ClaimStatement, claim, open_rate_windows, pause_queue
+from django_jobs.transitions.execution import MANY_KINDS
 from django_jobs.transitions.positions import DEAD_WALK_LIMIT
 from tests.factories import JobFactory
 
@@ -47,23 +48,29 @@ def fill(queue: str = "default") -> None:
 
 
 @pytest.mark.parametrize("rated", [False, True])
-@pytest.mark.parametrize("variant", ["usual", "from places", "beside paused", "named", "named from places"])
+@pytest.mark.parametrize(
+    "variant", ["usual", "many kinds", "from places", "beside paused", "named", "named from places"]
+)
 def test_every_claim_statement_gives_each_job_its_types_lease(variant: str, rated: bool) -> None:
     named = variant.startswith("named")
     fill()
     if variant == "beside paused":
         fill("paused")
         pause_queue("paused", actor="test", reason="its backlog stays")
+    versions = dict(VERSIONS)
+    if variant == "many kinds":  # the claim that first walks the kinds with ready jobs
+        versions.update({f"other.t{i:03d}": 1 for i in range(MANY_KINDS)})
     statement = ClaimStatement(
         "w",
         ["default"] if named else None,
-        VERSIONS,
+        versions,
         leases=LEASES,
         oldest=OLDEST,
         rate_limits={"test.rated": RateLimit(100, 60.0)} if rated else None,
     )
     open_rate_windows(statement.rate_limited)
     statement.queues_paused = variant == "beside paused"
+    assert ("live AS" in statement.sql) == (variant in ("many kinds", "beside paused"))
     if variant.endswith("from places"):
         # Claims that stepped over many dead entries make the next one read from their places.
         statement.positions.claimed([], walked=DEAD_WALK_LIMIT + 1, swept=True, seconds=0.0)

@@ -14,6 +14,7 @@ from django_jobs.maintenance import reaper
 from django_jobs.models import ConcurrencyKey, Job, RateWindow
 from django_jobs.registry import registry
 from django_jobs.transitions import Claim, ClaimStatement, Outcome, claim, open_rate_windows, write_outcomes
+from django_jobs.transitions.execution import MANY_KINDS
 from django_jobs.transitions.positions import DEAD_WALK_LIMIT
 from tests.factories import JobFactory
 
@@ -134,13 +135,16 @@ def test_the_reaper_forgets_the_rows_of_keys_with_nothing_running() -> None:
 
 @pytest.mark.parametrize("queues", [None, ["default", "mail"]])
 @pytest.mark.parametrize("rates", [None, {"test.rated": RateLimit(20, 1.0)}])
+@pytest.mark.parametrize("kinds", ["few", "many"])
 def test_the_claim_statement_stays_within_psycopgs_statement_cache(
-    queues: list[str] | None, rates: dict[str, RateLimit] | None
+    queues: list[str] | None, rates: dict[str, RateLimit] | None, kinds: str
 ) -> None:
-    statement = ClaimStatement("w", queues, TYPES, rate_limits=rates)
+    types = TYPES if kinds == "few" else {**TYPES, **{f"other.t{i:03d}": 1 for i in range(MANY_KINDS)}}
+    statement = ClaimStatement("w", queues, types, rate_limits=rates)
     for queues_paused in (False, True):  # the usual statement, and the one beside paused queues
         statement.queues_paused = queues_paused
-        assert len(statement.sql.encode()) <= 4096  # psycopg parses longer ones again at every call
+        for sql in (statement.sql, statement.sql_without_promotion):
+            assert len(sql.encode()) <= 4096  # psycopg parses longer ones again at every call
     # And the claim from where the last claims stopped, while they step over many dead entries.
     statement.queues_paused = False
     statement.positions.claimed([], walked=DEAD_WALK_LIMIT + 1, swept=True, seconds=0.0)

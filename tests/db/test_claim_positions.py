@@ -17,7 +17,7 @@ from django_jobs import enqueue, enqueue_many
 from django_jobs.models import Job
 from django_jobs.runtime.worker import Worker
 from django_jobs.states import JobStatus
-from django_jobs.transitions.execution import ClaimStatement, claim
+from django_jobs.transitions.execution import MANY_KINDS, ClaimStatement, claim
 from django_jobs.transitions.positions import DEAD_WALK_LIMIT
 from tests.db.inprocess import BackgroundWorker, wait_for
 
@@ -94,6 +94,24 @@ def test_under_a_held_horizon_claims_start_where_the_last_ones_stopped(held_hori
         # A sweep still steps over every one of them: the horizon is still held.
         statement.positions.want_sweep()
         assert claim(statement, BATCH) == [] and statement.positions.walked == BACKLOG
+
+
+def test_a_worker_of_many_kinds_counts_what_its_walk_of_live_kinds_steps_over(held_horizon: object) -> None:
+    backlog()
+    many = {"test.noop": 1, "test.record": 1, **{f"other.t{i:03d}": 1 for i in range(MANY_KINDS)}}
+    statement = ClaimStatement("w-test", None, many)
+    with override_settings(DJANGO_JOBS=NO_TIMED_SWEEPS):
+        ids, seen = drain(statement)
+        assert sorted(ids) == sorted(Job.objects.values_list("id", flat=True)), "each job exactly once"
+        # The walk of the kinds with ready jobs steps over the claimed jobs' entries too, before
+        # the scan steps over them again: both count (less the kind the walk found).
+        sweeps = [walked for swept, walked in seen if swept]
+        assert all(2 * BATCH * n - 1 <= walked <= 2 * BATCH * n for n, walked in enumerate(sweeps[1:], 1))
+        assert sweeps[-1] > DEAD_WALK_LIMIT >= sweeps[-2]
+        # From then on the claims start at the places: per kind, with no walk.
+        resumed = [walked for swept, walked in seen if not swept]
+        assert len(resumed) >= BACKLOG // BATCH - len(sweeps) and max(resumed) == 0
+        assert statement.positions.remembering
 
 
 def test_a_worker_of_named_queues_starts_each_queue_where_its_claims_stopped(held_horizon: object) -> None:
