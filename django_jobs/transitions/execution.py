@@ -129,11 +129,14 @@ _CANDIDATE_COLUMNS = (
 # taking instead of queueing behind it, and goes on to the next, so concurrent workers take
 # different rows. The first rows of every kind are merged in the claim's order; those of a kind
 # that the LIMIT then cuts are unlocked when the statement commits (a worker whose kinds all
-# have backlogs locks up to its batch of each, for one statement).
+# have backlogs locks up to its batch of each, for one statement). The scan tests each row's
+# key ({key_filter}), not its rate window: a kind's window is the same for all its rows, and a
+# full one leaves the kind no room, so it is not scanned at all (see _RATE_KIND_ROOM).
 _SCAN = (
     f"SELECT {_CANDIDATE_COLUMNS}, k.lease FROM django_jobs_job"
     " WHERE {queue}type = k.type AND version = k.version AND status = 'pending' AND ready"
-    f" AND {_ROW_CONDITIONS} ORDER BY priority DESC, available_at, id"
+    f" AND {_ROW_CONDITIONS.replace('{room_filters}', '{key_filter}')}"
+    " ORDER BY priority DESC, available_at, id"
     " LIMIT {kind_room} FOR UPDATE SKIP LOCKED"
 )
 # One kind's claimable rows after the place its last claim stopped: the rest of the place's
@@ -141,9 +144,8 @@ _SCAN = (
 # are both index conditions), then the lower priorities. The two arms come in the claim's order,
 # and the second is read only if the first leaves room. The entries before the place, those of
 # the jobs claimed since vacuum last ran among them, are not read at all. The kind's room is
-# computed once for both arms (`kr`, see _KINDS_IN_ROOM); a full rate window is in it (no room),
-# so the arms test only the keys ({key_filter}).
-_SCAN_IN_ROOM = _SCAN.replace("{kind_room}", "kr.room").replace("{room_filters}", "{key_filter}")
+# computed once for both arms (`kr`, see _KINDS_IN_ROOM).
+_SCAN_IN_ROOM = _SCAN.replace("{kind_room}", "kr.room")
 _SCAN_FROM_PLACE = (
     "SELECT * FROM ("
     + _SCAN_IN_ROOM.replace(
@@ -261,16 +263,19 @@ _CLAIM_ANY_QUEUE_FROM_PLACES = _claim_sql(
 ).replace("{queue}", "")
 # A worker of every queue that knows many kinds (more than MANY_KINDS) first finds the kinds that
 # hold ready jobs at all, whoever runs them: a loose index scan of django_jobs_ready, one probe per
-# such kind and one more, each seeking past the kind it found. Then it scans only its own among
-# them. A scan per kind the worker knows costs about a microsecond, most of them finding nothing:
-# a worker of 500 kinds spent 0.57 ms a claim more than one of 2; the walk costs 0.1–0.3 ms, more
-# than it saves below about 128 kinds. The walk's index reads count as the claim's, less one per
-# kind found (the dead entries it steps over are stepped over again by the scans: both count).
+# such kind, each seeking past the kind it found. Then it scans only its own among them. A scan
+# per kind the worker knows costs about a microsecond, most of them finding nothing: a worker of
+# 500 kinds spent 0.57 ms a claim more than one of 2; the walk costs 0.1-0.3 ms, more than it
+# saves below about 128 kinds. It walks from the last kind to the first, and lands in each at
+# its last entry: claims take a kind's jobs from the other end, where the entries of the jobs
+# claimed since vacuum last ran lie, so the walk does not step over them. Its index reads count
+# as the claim's, less one per kind found (dead entries it steps over count: a drained kind's).
 MANY_KINDS = 128
 _KINDS_WITH_READY_JOBS = (
-    "live AS (SELECT ''::text t, 0 v UNION ALL SELECT n.* FROM live l, LATERAL (SELECT type::text,"
-    " version FROM django_jobs_job WHERE status = 'pending' AND ready AND (type, version) > (l.t, l.v)"
-    " ORDER BY type, version LIMIT 1) n), "
+    "live AS ((SELECT type::text t, version v FROM django_jobs_job WHERE status = 'pending' AND ready"
+    " ORDER BY type DESC, version DESC LIMIT 1) UNION ALL SELECT n.* FROM live l, LATERAL (SELECT"
+    " type::text, version FROM django_jobs_job WHERE status = 'pending' AND ready"
+    " AND (type, version) < (l.t, l.v) ORDER BY type DESC, version DESC LIMIT 1) n), "
 )
 _CLAIM_ANY_QUEUE_OF_MANY_KINDS = (
     "WITH RECURSIVE "
@@ -282,7 +287,7 @@ _CLAIM_ANY_QUEUE_OF_MANY_KINDS = (
     ).replace("{scan}", _SCAN)
     + _CLAIM_TAIL.replace(
         "{walked}",
-        "(SELECT django_jobs_claim_index_reads() - wk.before - (SELECT count(*) - 1 FROM live)"
+        "(SELECT django_jobs_claim_index_reads() - wk.before - (SELECT count(*) FROM live)"
         " FROM walk wk)::int",
     ).replace("{promoted}", _COUNT_PROMOTED)
 ).replace("{queue}", "")
@@ -526,15 +531,14 @@ class ClaimStatement:
             ]
         )
         rates = {name: limit for name, limit in (rate_limits or {}).items() if name in versions}
-        # The filters of keys and rate windows complete the row conditions; the rate-limit parts
-        # are left out of a worker that needs none.
+        # The filters of keys and rate windows complete the outlook's row conditions; the
+        # rate-limit parts are left out of a worker that needs none.
         room = _KEY_ROOM_FILTER + (_RATE_ROOM_FILTER if rates else "")
         admit_rates = _ADMIT_RATES if rates else _NO_RATES
         kind_room = _RATE_KIND_ROOM if rates else "{room}"
         statements = [
             template.replace("{kind_room}", kind_room)
             .replace("{room}", kind_rows)
-            .replace("{room_filters}", room)
             .replace("{key_filter}", _KEY_ROOM_FILTER)
             .replace("{admit_keys}", _ADMIT_KEYS)
             .replace("{admit_rates}", admit_rates)

@@ -96,17 +96,18 @@ def test_under_a_held_horizon_claims_start_where_the_last_ones_stopped(held_hori
         assert claim(statement, BATCH) == [] and statement.positions.walked == BACKLOG
 
 
-def test_a_worker_of_many_kinds_counts_what_its_walk_of_live_kinds_steps_over(held_horizon: object) -> None:
+def test_a_worker_of_many_kinds_walks_its_live_kinds_away_from_the_dead_entries(held_horizon: object) -> None:
     backlog()
     many = {"test.noop": 1, "test.record": 1, **{f"other.t{i:03d}": 1 for i in range(MANY_KINDS)}}
     statement = ClaimStatement("w-test", None, many)
     with override_settings(DJANGO_JOBS=NO_TIMED_SWEEPS):
         ids, seen = drain(statement)
         assert sorted(ids) == sorted(Job.objects.values_list("id", flat=True)), "each job exactly once"
-        # The walk of the kinds with ready jobs steps over the claimed jobs' entries too, before
-        # the scan steps over them again: both count (less the kind the walk found).
+        # The walk of the kinds with ready jobs lands on each kind's last entry, away from the
+        # claimed jobs' entries: only the scan steps over them (the kind the walk found may
+        # count as one less).
         sweeps = [walked for swept, walked in seen if swept]
-        assert all(2 * BATCH * n - 1 <= walked <= 2 * BATCH * n for n, walked in enumerate(sweeps[1:], 1))
+        assert all(BATCH * n - 1 <= walked <= BATCH * n for n, walked in enumerate(sweeps[1:], 1))
         assert sweeps[-1] > DEAD_WALK_LIMIT >= sweeps[-2]
         # From then on the claims start at the places: per kind, with no walk.
         resumed = [walked for swept, walked in seen if not swept]
