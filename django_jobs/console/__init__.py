@@ -13,4 +13,8 @@ The audited operations they share with ``manage.py jobs`` / ``jobsqueue`` and
 ``django_jobs.retry`` / ``cancel``: ``actions`` (retry, cancel, resolve) and ``pausing``, each
 in the one audited transaction of ``audit``, each refusing a missing or unstorable who and why by
 the one rule of ``reasons``. Every read they make in SQL is in :mod:`django_jobs.reads`.
+
+Every process that sets Django up registers the console with the admin, workers included, and
+a worker never serves a page: the pages import the heaviest of what only they read (the
+dashboard's figures, a job's diagnosis) where they are served, not at their own import.
 """

@@ -29,8 +29,8 @@ from django_jobs.console.seen import COLUMNS as SEEN_COLUMNS
 from django_jobs.console.seen import Shown, change
 from django_jobs.errors import JobNotFound
 from django_jobs.models import Job, Workflow
+from django_jobs.names import MAX_JOB_ID
 from django_jobs.observe import tracing
-from django_jobs.observe.diagnosis import MAX_JOB_ID
 from django_jobs.states import JobStatus
 from django_jobs.transitions import ActionRefused, CancelResult
 

@@ -21,7 +21,6 @@ from django_jobs.console.job_actions import JobActionPages
 from django_jobs.console.pages import plain_refusal, read_page
 from django_jobs.errors import public_class_path
 from django_jobs.models import Job, JobEvent
-from django_jobs.observe import diagnosis
 from django_jobs.observe.traceparent import trace_id_of
 from django_jobs.reads import durable as durable_reads
 from django_jobs.states import JobStatus
@@ -109,6 +108,9 @@ class JobPage(JobActionPages, DurablePages):
         job = self.get_object(request, object_id)
         context = dict(extra_context or {})
         if job is not None:
+            # Imported when a job's page is first served (see console/__init__.py).
+            from django_jobs.observe import diagnosis
+
             context.update(self._history(request, job, int(before) if before else None))
             context["external_calls"] = external_calls(job)
             context["durable_steps"] = durable_steps(job)

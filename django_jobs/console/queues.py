@@ -18,7 +18,7 @@ from django.views.decorators.http import require_http_methods
 from django_jobs import transitions
 from django_jobs.conf import jobs_settings
 from django_jobs.console import audit as consolelog
-from django_jobs.console import dashboard, pausing
+from django_jobs.console import pausing
 from django_jobs.console.pages import JobPages, plain_refusal, read_page
 from django_jobs.console.reasons import reason_problem
 from django_jobs.models import Queue
@@ -97,6 +97,10 @@ class QueuePages(JobPages):
     def dashboard_view(self, request: HttpRequest) -> HttpResponse:
         if not self.has_view_permission(request):
             return self.forbidden(request, "You may not see jobs.", "django_jobs.view_job")
+        # Imported when the page is first served, with the reads it makes: a worker registers
+        # the console with the admin too, and never serves it (see console/__init__.py).
+        from django_jobs.console import dashboard
+
         context = {
             **self.admin_site.each_context(request),
             "opts": self.opts,

@@ -21,8 +21,8 @@ from django_jobs.console import audit as consolelog
 from django_jobs.console import restore_holds
 from django_jobs.console.pages import JobPages, plain_refusal
 from django_jobs.console.reasons import reason_problem
-from django_jobs.management.arguments import MAX_JOB_ID
 from django_jobs.models import RestoreHold
+from django_jobs.names import MAX_JOB_ID
 
 RELEASE_PERMISSION = "django_jobs.release_restore_hold"
 RESTORE_VERBS = {

@@ -10,14 +10,12 @@ from collections.abc import Callable
 
 from django_jobs.conf import jobs_settings
 from django_jobs.errors import undeclared_queue
-from django_jobs.names import QUEUE_RE
+from django_jobs.names import MAX_JOB_ID, QUEUE_RE
 
 #: Each execution slot holds a database connection (and a thread or a process) for the life of
 #: the worker; PostgreSQL's max_connections is 100 by default. More throughput comes from more
 #: worker processes, on more machines, not from one worker with thousands of slots.
 MAX_CONCURRENCY = 256
-#: Job ids are bigint.
-MAX_JOB_ID = 2**63 - 1
 
 
 def positive_int(value: str) -> int:

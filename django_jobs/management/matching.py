@@ -16,9 +16,9 @@ from django.core.management.base import CommandError, OutputWrapper
 
 from django_jobs.console import bulk
 from django_jobs.console.job_filter import CODE_RE, InvalidFilter, JobFilter, describe, parse_moment
-from django_jobs.management.arguments import MAX_JOB_ID, int_between, matching
+from django_jobs.management.arguments import int_between, matching
 from django_jobs.models import BulkAction, BulkOperation, BulkOperationJob, BulkOutcome, BulkState, Job
-from django_jobs.names import NAME_RE, QUEUE_RE
+from django_jobs.names import MAX_JOB_ID, NAME_RE, QUEUE_RE
 from django_jobs.states import JobStatus
 
 if TYPE_CHECKING:

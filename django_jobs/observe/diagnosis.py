@@ -26,15 +26,13 @@ from typing import Any
 from django_jobs.conf import jobs_settings
 from django_jobs.errors import JobNotFound as JobNotFound  # re-exported: callers of explain() catch it here
 from django_jobs.models import Job
+from django_jobs.names import MAX_JOB_ID
 from django_jobs.observe import why_ended, why_pending, why_running, why_waiting
 from django_jobs.observe.reasons import MAX_NAMED as MAX_NAMED  # re-exported: the face of a diagnosis
 from django_jobs.observe.reasons import Blocker as Blocker
 from django_jobs.observe.reasons import Reason as Reason
 from django_jobs.reads.clock import database_now
 from django_jobs.states import JobStatus
-
-#: The largest id a job can have (``bigint``).
-MAX_JOB_ID = 2**63 - 1
 
 
 @dataclass(frozen=True)

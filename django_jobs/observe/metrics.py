@@ -39,6 +39,7 @@ from django_jobs.observe.exposition import queue_families as queue_families
 from django_jobs.observe.labels import OTHER as OTHER
 from django_jobs.observe.labels import PREFIX as PREFIX
 from django_jobs.observe.labels import LabelValues as LabelValues
+from django_jobs.observe.otel_presence import meter_provider_may_be_set
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -183,6 +184,8 @@ def _otel_metrics() -> ModuleType | None:
 def otel_recorder() -> Recorder | None:
     """The event metrics of OpenTelemetry's meter provider, or None while none is set (or
     opentelemetry-api is not installed)."""
+    if not meter_provider_may_be_set():  # none is set, and the API stays unimported
+        return None
     otel_metrics = _otel_metrics()
     if otel_metrics is None:
         return None

@@ -10,8 +10,9 @@ messaging conventions (docs/operations/tracing.md).
 This module is the face, as ``observe.metrics`` is for Prometheus: it never imports
 OpenTelemetry itself. Tracing is on when ``opentelemetry-api`` is installed *and* a tracer
 provider has been set (the SDK's, by the user's code or ``opentelemetry-instrument``); until
-then every hook is one call that returns at once, and nothing is stored with the job. The spans
-are made by :mod:`~django_jobs.observe.otel_spans`.
+then every hook is one call that returns at once, nothing is stored with the job, and the API is
+not imported (``observe.otel_presence``). The spans are made by
+:mod:`~django_jobs.observe.otel_spans`.
 
 Tracing never fails what it traces: a span processor that raises, or a stored context that is
 not one, is logged (at debug level for bad input) and the enqueue or the job goes on.
@@ -26,6 +27,7 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any, cast
 
 from django_jobs.decision import Happened
+from django_jobs.observe.otel_presence import tracer_provider_may_be_set
 
 if TYPE_CHECKING:
     from django_jobs.transitions import Claim
@@ -61,7 +63,7 @@ def spans() -> ModuleType | None:
 
 def enabled() -> bool:
     """Whether spans are recorded: OpenTelemetry is installed and a tracer provider is set."""
-    if not AVAILABLE:
+    if not AVAILABLE or not tracer_provider_may_be_set():
         return False
     made = spans()
     return made is not None and bool(made.configured())
