@@ -684,7 +684,9 @@ def claim(
     The first ``start_now`` (default: all) are counted as started: they go to idle threads.
     With named queues, ``rooms`` caps what each queue may give (default: ``limit``), and
     ``turn`` rotates which queue comes first. A claim that promoted jobs scheduled for later
-    (due now) claims once more: they were not claimable in its own snapshot.
+    (due now) claims once more: they were not claimable in its own snapshot. One that skipped
+    the promotion (see PROMOTE_EVERY) and came back short promotes and claims again: fewer jobs
+    than ``limit`` always means that nothing more was claimable.
     """
     claims: list[Claim] = []
 
