@@ -51,6 +51,14 @@ def worker(types: int, stats: str) -> None:
     call_command("runjobs", "--burst", "--stats-file", stats)
 
 
+#: The claim statements' calls, plans (a prepared statement that PostgreSQL plans again at each
+#: call, for its parameters, pays for the planning every time) and their times, in ms.
+CLAIM_STATEMENTS = """
+SELECT sum(calls)::int, sum(plans)::int, sum(total_exec_time), sum(total_plan_time) FROM pg_stat_statements
+WHERE query LIKE '%claimed AS (UPDATE django_jobs_job j SET status%'
+"""
+
+
 def drain(cluster: Any, n: int, types: int, env: dict[str, str]) -> dict[str, float]:
     import psycopg
 
@@ -82,14 +90,6 @@ def drain(cluster: Any, n: int, types: int, env: dict[str, str]) -> dict[str, fl
         "exec_ms": exec_ms / calls,
         "plan_ms": plan_ms / calls,
     }
-
-
-#: The claim statements' calls, plans (a prepared statement that PostgreSQL plans again at each
-#: call, for its parameters, pays for the planning every time) and their times, in ms.
-CLAIM_STATEMENTS = """
-SELECT sum(calls)::int, sum(plans)::int, sum(total_exec_time), sum(total_plan_time) FROM pg_stat_statements
-WHERE query LIKE '%claimed AS (UPDATE django_jobs_job j SET status%'
-"""
 
 
 def main() -> None:

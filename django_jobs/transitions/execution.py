@@ -6,11 +6,12 @@ windows, and mints each an ``execution_id`` and a lease. Every later write of th
 guarded by ``(id, execution_id, status='running')`` (``transitions.leases``, ``.outcomes``).
 
 Over 300 lines: the claim is one statement composed from named parts (the promotion of due
-scheduled jobs, the scan per kind, the key and rate admissions, the count of dead index entries,
-the variants for any queue or named queues in turns, each from the heads or from the places of
-``transitions.positions``) and ``claimable`` reads the same parts; they are read and changed
-together, and their sizes against psycopg's 4 KiB cache are weighed together, so they stay in
-one file. The rule of when to claim from places lives in ``positions``.
+scheduled jobs and when a claim skips it, the scan per kind, the walk of the kinds with ready
+jobs, the key and rate admissions, the count of dead index entries, the variants for any queue
+or named queues in turns, each from the heads or from the places of ``transitions.positions``)
+and ``claimable`` reads the same parts; they are read and changed together, and their sizes
+against psycopg's 4 KiB cache are weighed together, so they stay in one file. The rule of
+when to claim from places lives in ``positions``.
 """
 
 from __future__ import annotations

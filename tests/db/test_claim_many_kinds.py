@@ -10,7 +10,7 @@ from django.db import connection
 from django_jobs import enqueue, enqueue_many
 from django_jobs.models import Job
 from django_jobs.transitions import ClaimStatement, claim, pause_queue
-from django_jobs.transitions import execution as claims_module
+from django_jobs.transitions.execution import MANY_KINDS
 from tests.factories import JobFactory
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -20,7 +20,7 @@ KNOWN = {"test.noop": 1, "test.record": 2, "test.keyed": 1}
 
 def many_kinds(known: dict[str, int] = KNOWN) -> dict[str, int]:
     """``known`` and enough more types (with no job) to pass MANY_KINDS."""
-    return {**known, **{f"other.t{i:03d}": 1 for i in range(claims_module.MANY_KINDS)}}
+    return {**known, **{f"other.t{i:03d}": 1 for i in range(MANY_KINDS)}}
 
 
 def test_a_worker_of_many_kinds_claims_with_the_walk_of_live_kinds() -> None:
